@@ -1,0 +1,211 @@
+"""The ``workload:`` section of a scenario: who sends requests, when, and how long they are.
+
+Every key has its default here and nowhere else. The models are frozen and forbid unknown keys, so a
+mistyped key fails validation with its key path. Validation never touches the file system: paths are
+kept as written and resolved against the scenario file's folder when the workload is built.
+
+Arrival processes (``arrival.process``):
+
+- ``poisson``: exponential gaps with mean ``1 / rate_per_s``, never truncated.
+- ``gamma``: gamma gaps with mean ``1 / rate_per_s`` and coefficient of variation ``cv`` (``cv = 1``
+  is Poisson, ``cv > 1`` burstier, ``cv < 1`` smoother). ``vllm bench serve --burstiness b`` is
+  ``cv = 1 / sqrt(b)``.
+- ``closed_loop``: ``concurrency`` clients, each sending its next request when its previous one
+  finishes, after ``think_time_s``. A static batch is ``concurrency = num_requests``.
+- ``trace``: replays a recorded run (CSV with ``arrived_at``, ``num_prefill_tokens``,
+  ``num_decode_tokens``; a ``vllm bench serve`` result JSON; or a request-timings ``.jsonl``). The
+  first ``num_requests`` requests are replayed; asking for more than the trace holds is an error
+  unless ``loop: true``.
+
+Length distributions (``prompt_tokens`` and ``output_tokens``, ``distribution``):
+
+- ``fixed`` (``value``), ``uniform`` (``low``, ``high``, both inclusive integers),
+  ``lognormal`` (``mean`` in tokens, ``sigma`` of the log), ``empirical`` (samples with replacement
+  from a CSV ``column`` or a JSON list at ``path``), and ``trace``: the lengths recorded in the
+  arrival trace, request by request. Under a trace arrival the lengths default to ``trace``; giving
+  a distribution explicitly replaces the recorded lengths with samples. ``trace`` lengths without a
+  trace arrival are an error.
+
+Every length is an integer clipped to ``[1, max_*_tokens]`` (no upper cap when the cap is absent).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+_FROZEN_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class PoissonArrivalConfig(BaseModel):
+    """Open-loop arrivals with exponential gaps at ``rate_per_s`` requests per second."""
+
+    model_config = _FROZEN_STRICT
+    process: Literal["poisson"] = "poisson"
+    rate_per_s: float = Field(default=4.0, gt=0)
+
+
+class GammaArrivalConfig(BaseModel):
+    """Open-loop arrivals with gamma gaps of mean ``1 / rate_per_s`` and variation ``cv``."""
+
+    model_config = _FROZEN_STRICT
+    process: Literal["gamma"]
+    rate_per_s: float = Field(default=4.0, gt=0)
+    cv: float = Field(default=1.0, gt=0)
+
+
+class ClosedLoopArrivalConfig(BaseModel):
+    """``concurrency`` clients, each sending a request ``think_time_s`` after its last one ends."""
+
+    model_config = _FROZEN_STRICT
+    process: Literal["closed_loop"]
+    concurrency: int = Field(default=1, ge=1)
+    think_time_s: float = Field(default=0.0, ge=0)
+
+
+class TraceArrivalConfig(BaseModel):
+    """Replay of a recorded run's arrivals (and, by default, its lengths) from ``path``."""
+
+    model_config = _FROZEN_STRICT
+    process: Literal["trace"]
+    path: Path
+    loop: bool = False
+
+
+ArrivalConfig = Annotated[
+    PoissonArrivalConfig | GammaArrivalConfig | ClosedLoopArrivalConfig | TraceArrivalConfig,
+    Field(discriminator="process"),
+]
+
+
+class FixedLengthConfig(BaseModel):
+    """Every request has ``value`` tokens."""
+
+    model_config = _FROZEN_STRICT
+    distribution: Literal["fixed"]
+    value: int = Field(ge=1)
+
+
+class UniformLengthConfig(BaseModel):
+    """Integers drawn uniformly from ``low`` to ``high``, both included.
+
+    Raise ValueError (a pydantic ValidationError) if ``high < low``.
+    """
+
+    model_config = _FROZEN_STRICT
+    distribution: Literal["uniform"]
+    low: int = Field(ge=1)
+    high: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _high_not_below_low(self) -> UniformLengthConfig:
+        if self.high < self.low:
+            raise ValueError(f"high must be >= low, got low={self.low}, high={self.high}")
+        return self
+
+
+class LognormalLengthConfig(BaseModel):
+    """Lognormal lengths with mean ``mean`` tokens and standard deviation ``sigma`` of the log."""
+
+    model_config = _FROZEN_STRICT
+    distribution: Literal["lognormal"]
+    mean: float = Field(gt=0)
+    sigma: float = Field(ge=0)
+
+
+class EmpiricalLengthConfig(BaseModel):
+    """Lengths drawn with replacement from recorded values: a CSV ``column`` or a JSON list.
+
+    A JSON file holds either a list of numbers or, when ``column`` is given, an object whose
+    ``column`` key holds that list. A CSV file needs ``column``; the check happens when the file is
+    read, since validation does no I/O.
+    """
+
+    model_config = _FROZEN_STRICT
+    distribution: Literal["empirical"]
+    path: Path
+    column: str | None = None
+
+
+class TraceLengthConfig(BaseModel):
+    """The lengths recorded in the arrival trace, request by request (needs a trace arrival)."""
+
+    model_config = _FROZEN_STRICT
+    distribution: Literal["trace"]
+
+
+LengthConfig = Annotated[
+    FixedLengthConfig
+    | UniformLengthConfig
+    | LognormalLengthConfig
+    | EmpiricalLengthConfig
+    | TraceLengthConfig,
+    Field(discriminator="distribution"),
+]
+
+_DEFAULT_PROMPT_TOKENS: dict[str, Any] = {"distribution": "fixed", "value": 512}
+_DEFAULT_OUTPUT_TOKENS: dict[str, Any] = {"distribution": "lognormal", "mean": 256, "sigma": 0.6}
+_TRACE_LENGTHS: dict[str, Any] = {"distribution": "trace"}
+
+
+def _arrival_process(arrival: object) -> object:
+    """The ``process`` of a raw or validated arrival section, or None."""
+    if isinstance(arrival, dict):
+        return arrival.get("process", "poisson")
+    return getattr(arrival, "process", None)
+
+
+class WorkloadConfig(BaseModel):
+    """The scenario's ``workload:`` section, validated and with every default filled in.
+
+    Omitted ``prompt_tokens`` / ``output_tokens`` become ``{distribution: trace}`` under a trace
+    arrival, and ``fixed 512`` / ``lognormal(mean 256, sigma 0.6)`` otherwise; the filled-in value
+    is what a dumped (resolved) scenario shows.
+
+    Raise pydantic ValidationError on an unknown key, a wrong type, a value out of range, ``trace``
+    lengths without a trace arrival, or a closed loop with more clients than requests.
+    """
+
+    model_config = _FROZEN_STRICT
+    num_requests: int = Field(default=1000, ge=1)
+    arrival: ArrivalConfig = PoissonArrivalConfig(process="poisson", rate_per_s=4.0)
+    prompt_tokens: LengthConfig = FixedLengthConfig(**_DEFAULT_PROMPT_TOKENS)
+    output_tokens: LengthConfig = LognormalLengthConfig(**_DEFAULT_OUTPUT_TOKENS)
+    max_prompt_tokens: int | None = Field(default=None, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=0.0, ge=0)
+    dataset: str | None = "mt-bench"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_lengths_follow_arrival(cls, data: Any) -> Any:
+        # The length defaults depend on the arrival process, so they are filled in before field
+        # validation: a trace replays its own lengths unless told otherwise.
+        if not isinstance(data, dict):
+            return data
+        is_trace = _arrival_process(data.get("arrival", {})) == "trace"
+        filled = dict(data)
+        if "prompt_tokens" not in filled:
+            filled["prompt_tokens"] = _TRACE_LENGTHS if is_trace else _DEFAULT_PROMPT_TOKENS
+        if "output_tokens" not in filled:
+            filled["output_tokens"] = _TRACE_LENGTHS if is_trace else _DEFAULT_OUTPUT_TOKENS
+        return filled
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadConfig:
+        is_trace = isinstance(self.arrival, TraceArrivalConfig)
+        for key in ("prompt_tokens", "output_tokens"):
+            if isinstance(getattr(self, key), TraceLengthConfig) and not is_trace:
+                raise ValueError(
+                    f"{key}: distribution 'trace' needs arrival.process 'trace', "
+                    f"got {self.arrival.process!r}"
+                )
+        arrival = self.arrival
+        if isinstance(arrival, ClosedLoopArrivalConfig) and arrival.concurrency > self.num_requests:
+            raise ValueError(
+                f"arrival.concurrency: {arrival.concurrency} clients exceed "
+                f"num_requests {self.num_requests}"
+            )
+        return self

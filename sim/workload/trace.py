@@ -1,0 +1,197 @@
+"""Reading recorded requests: trace files to replay and value lists to sample lengths from.
+
+A trace is a CSV with one row per request and the columns ``arrived_at`` (seconds),
+``num_prefill_tokens`` and ``num_decode_tokens`` (the layout of the Splitwise/Azure 2023 traces as
+Vidur processes them), or any file :func:`calibration.replay.read_replay_requests` reads: a
+``vllm bench serve`` result JSON or a request-timings ``requests.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import ScenarioError
+
+CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+
+
+@dataclass(frozen=True, eq=False)
+class TraceRequests:
+    """The requests of a trace, in arrival order.
+
+    ``arrival_at_s`` is None when the trace records no times; then ``request_rate_per_s`` is the
+    rate at which it was sent (None: all at once).
+    """
+
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    arrival_at_s: np.ndarray | None
+    request_rate_per_s: float | None
+    source: str
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.prompt_tokens)
+
+
+def resolve_path(path: Path, base_dir: Path) -> Path:
+    """``path`` as written, or relative to ``base_dir`` (the scenario file's folder)."""
+    path = path.expanduser()
+    return path if path.is_absolute() else base_dir / path
+
+
+def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
+    """The named numeric columns of a CSV file.
+
+    Raise ScenarioError if the file is missing or unreadable, a column is absent, or a cell is not a
+    finite number (naming the file and line).
+    """
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as error:
+        raise ScenarioError(f"{path}: cannot read CSV: {error}") from error
+    missing = [name for name in columns if name not in frame.columns]
+    if missing:
+        raise ScenarioError(
+            f"{path}: missing column(s) {missing}; the file has {list(frame.columns)}"
+        )
+    for name in columns:
+        values = pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ScenarioError(
+                f"{path}, line {row + 2}: column {name!r} must be a finite number, "
+                f"got {frame[name].iloc[row]!r}"
+            )
+        frame[name] = values
+    return frame
+
+
+def _token_counts(values: np.ndarray, where: str) -> np.ndarray:
+    """Token counts as int64; non-negative integers only.
+
+    Raise ScenarioError naming ``where`` and the first offending value.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    bad = (values < 0) | (values != np.floor(values)) | ~np.isfinite(values)
+    if bad.any():
+        index = int(np.argmax(bad))
+        raise ScenarioError(
+            f"{where}: token counts must be non-negative integers, got {values[index]} "
+            f"at entry {index}"
+        )
+    return values.astype(np.int64)
+
+
+def _read_csv_trace(path: Path) -> TraceRequests:
+    frame = _read_csv(path, list(CSV_COLUMNS))
+    if frame.empty:
+        raise ScenarioError(f"{path}: the trace has no requests")
+    arrival_at_s = frame["arrived_at"].to_numpy()
+    decreasing = np.diff(arrival_at_s) < 0
+    if decreasing.any():
+        row = int(np.argmax(decreasing)) + 1
+        raise ScenarioError(
+            f"{path}, line {row + 2}: arrived_at decreases "
+            f"({arrival_at_s[row - 1]} then {arrival_at_s[row]}); traces must be in arrival order"
+        )
+    return TraceRequests(
+        prompt_tokens=_token_counts(frame["num_prefill_tokens"].to_numpy(), str(path)),
+        output_tokens=_token_counts(frame["num_decode_tokens"].to_numpy(), str(path)),
+        arrival_at_s=arrival_at_s - arrival_at_s[0],
+        request_rate_per_s=None,
+        source=str(path),
+    )
+
+
+def read_trace(path: Path) -> TraceRequests:
+    """The requests recorded at ``path``: a CSV trace, or a vLLM benchmark / request-timings file.
+
+    Raise ScenarioError if a CSV trace is malformed or out of order; the readers of the vLLM formats
+    raise their own SpecsimError (CalibrationError) naming the file and line.
+    """
+    if not path.is_file():
+        raise ScenarioError(f"workload.arrival.path: no such file {path}")
+    if path.suffix.lower() == ".csv":
+        return _read_csv_trace(path)
+    # Imported here: the replay reader belongs to the calibration package and is only needed for
+    # vLLM artifacts.
+    from calibration.replay import read_replay_requests
+
+    replay = read_replay_requests(path)
+    arrival_at_s = replay.arrival_at_s
+    rate_per_s = replay.request_rate_per_s
+    return TraceRequests(
+        prompt_tokens=np.asarray(replay.prompt_tokens, dtype=np.int64),
+        output_tokens=np.asarray(replay.output_tokens, dtype=np.int64),
+        arrival_at_s=None if arrival_at_s is None else np.asarray(arrival_at_s, dtype=np.float64),
+        request_rate_per_s=None if rate_per_s is None else float(rate_per_s),
+        source=str(replay.source),
+    )
+
+
+def read_length_values(path: Path, column: str | None, key_path: str) -> np.ndarray:
+    """The recorded lengths to sample from: a CSV ``column``, or a JSON list (or object key).
+
+    Raise ScenarioError if the file is missing or malformed, ``column`` is absent (or not given for
+    a CSV), or a value is not a non-negative integer; ``key_path`` names the scenario key.
+    """
+    if not path.is_file():
+        raise ScenarioError(f"{key_path}.path: no such file {path}")
+    if path.suffix.lower() == ".csv":
+        if column is None:
+            raise ScenarioError(f"{key_path}.column: a CSV file ({path}) needs a column name")
+        values = _read_csv(path, [column])[column].to_numpy()
+    else:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise ScenarioError(f"{path}: cannot read JSON: {error}") from error
+        if column is not None:
+            if not isinstance(data, dict) or column not in data:
+                raise ScenarioError(f"{key_path}.column: {path} has no key {column!r}")
+            data = data[column]
+        if not isinstance(data, list) or not all(
+            isinstance(value, int | float) and not isinstance(value, bool) for value in data
+        ):
+            raise ScenarioError(f"{path}: expected a JSON list of numbers")
+        values = np.asarray(data, dtype=np.float64)
+    if values.size == 0:
+        raise ScenarioError(f"{path}: no values to sample lengths from")
+    return _token_counts(values, str(path))
+
+
+def take_requests(trace: TraceRequests, num_requests: int, loop: bool) -> TraceRequests:
+    """The first ``num_requests`` requests of ``trace``, repeating it end to end if ``loop``.
+
+    Each repetition starts one mean gap after the previous one's last arrival, so looping keeps the
+    trace's rate: period = (last − first) · n / (n − 1). A trace without times repeats its lengths.
+
+    Raise ScenarioError if more requests are asked for than the trace holds and ``loop`` is false.
+    """
+    available = trace.num_requests
+    if num_requests > available and not loop:
+        raise ScenarioError(
+            f"workload.num_requests: {num_requests} requested but {trace.source} holds "
+            f"{available}; lower num_requests or set workload.arrival.loop: true"
+        )
+    num_repeats = -(-num_requests // available)
+    arrival_at_s = None
+    if trace.arrival_at_s is not None:
+        times = trace.arrival_at_s - trace.arrival_at_s[0]
+        period_s = times[-1] * available / (available - 1) if available > 1 else 0.0
+        offsets_s = np.repeat(np.arange(num_repeats) * period_s, available)
+        arrival_at_s = (np.tile(times, num_repeats) + offsets_s)[:num_requests]
+    return TraceRequests(
+        prompt_tokens=np.tile(trace.prompt_tokens, num_repeats)[:num_requests],
+        output_tokens=np.tile(trace.output_tokens, num_repeats)[:num_requests],
+        arrival_at_s=arrival_at_s,
+        request_rate_per_s=trace.request_rate_per_s,
+        source=trace.source,
+    )
