@@ -6,7 +6,7 @@ generators also report the analytic means and variances the samples should match
 """
 
 from sim.workload.arrivals import ArrivalProcess, GammaArrivals, PoissonArrivals, ReplayedArrivals
-from sim.workload.builder import Workload, build_workload
+from sim.workload.builder import AnalyticMeans, Workload, build_workload
 from sim.workload.config import (
     ArrivalConfig,
     ClosedLoopArrivalConfig,
@@ -31,6 +31,7 @@ from sim.workload.lengths import (
 )
 
 __all__ = [
+    "AnalyticMeans",
     "ArrivalConfig",
     "ArrivalProcess",
     "ClosedLoopArrivalConfig",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
@@ -39,6 +40,15 @@ from sim.workload.trace import (
 )
 
 
+class AnalyticMeans(TypedDict):
+    """What a workload's generators promise on average (see :meth:`Workload.analytic_means`)."""
+
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    mean_gap_s: float | None
+    request_rate_per_s: float | None
+
+
 @dataclass(frozen=True, eq=False)
 class Workload:
     """Every request of a run, in request order, with the processes that generated them.
@@ -62,7 +72,7 @@ class Workload:
     def num_requests(self) -> int:
         return len(self.prompt_tokens)
 
-    def analytic_means(self) -> dict[str, float | None]:
+    def analytic_means(self) -> AnalyticMeans:
         """The means the generators promise: lengths in tokens, the gap in s and the rate in 1/s.
 
         The gap and rate are None for a closed loop, whose rate depends on the server; the rate is

@@ -156,7 +156,10 @@ class LognormalLengths:
     @property
     def mean(self) -> float:
         capped = 0.0 if self.max_tokens is None else self._call_price(self.max_tokens)
-        return 1.0 + self._call_price(1.0) - capped
+        mean = 1.0 + self._call_price(1.0) - capped
+        # The true mean lies in [1, cap]; clamping removes round-off of the call prices.
+        upper = math.inf if self.max_tokens is None else float(self.max_tokens)
+        return min(max(mean, 1.0), upper)
 
     @property
     def variance(self) -> float:
