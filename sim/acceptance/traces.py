@@ -1,0 +1,278 @@
+"""Replaying per-request acceptance traces measured on a real engine.
+
+A trace holds, for every output position of one real request, ``acc_len[pos]``: the tokens a verify
+step starting at that position would emit (bonus token included) with a long proposal. A chain of k
+drafts starting at ``pos`` emits ``min(acc_len[pos], k + 1)`` tokens and the next step starts at
+``pos`` plus that (the SpecDecode-Bench convention, Liu et al. 2026, arXiv:2601.11580). Replaying a
+trace keeps what a single α loses: easy and hard stretches inside a request, and easy and
+hard requests.
+
+A simulated request longer than its trace continues from the trace's start (positions
+wrap modulo the
+trace length), so its acceptance keeps the trace's statistics rather than inventing new ones.
+
+Trees: the trace gives the top path; where it stops short of the tree's depth, a sibling may still
+be accepted (the rank rule of ``tree.py``, with the trace set's own per-depth conditional rates) and
+the walk then continues along the trace from the next position, which is the same text because the
+accepted sibling is the target's token.
+
+n-gram: a position with ``acc_len == 1`` is either a proposal rejected at its first token or no
+proposal at all (no match), which the trace cannot tell apart. With match rate ``m`` (the
+fraction of
+steps that find a match), such a step is a miss with probability ``(1 − m) / P1``, where
+``P1`` is the
+fraction of k = 1 steps that emit one token. The default ``m = min(1, (1 − P1) / a1)`` takes
+``a1 = 0.579``, the first-position acceptance of vLLM's n-gram proposer given a draft
+(mean of the two
+windows logged in vLLM issue #19254: 0.543 and 0.615).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.acceptance.plan import (
+    AcceptanceModel,
+    AcceptancePlan,
+    Proposal,
+    check_decode_tokens,
+    offsets_from_counts,
+)
+from sim.acceptance.tree import SIBLING_DECAY, rescue_probabilities
+from sim.errors import CalibrationError, ScenarioError
+
+NGRAM_FIRST_POSITION_RATE = 0.579
+TRACE_FIELDS = ("acc_eagle", "acc_ngram")
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    """Many requests' ``acc_len`` arrays, concatenated: trace t is
+    ``acc_len[offsets[t]:offsets[t+1]]``."""
+
+    acc_len: np.ndarray
+    offsets: np.ndarray
+    source: str
+
+    @property
+    def num_traces(self) -> int:
+        """How many traces the set holds."""
+        return int(self.offsets.size - 1)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Positions per trace."""
+        return np.diff(self.offsets)
+
+    @classmethod
+    def from_lists(cls, traces: list[list[int]] | list[np.ndarray], source: str) -> TraceSet:
+        """A set from per-request lists, dropping empty ones.
+
+        Raise CalibrationError if no trace is left or a value is outside 1..255.
+        """
+        kept = [np.asarray(trace, dtype=np.int64) for trace in traces if len(trace) > 0]
+        if not kept:
+            raise CalibrationError(f"{source}: no non-empty acceptance trace")
+        flat = np.concatenate(kept)
+        if flat.min() < 1 or flat.max() > 255:
+            raise CalibrationError(f"{source}: acc_len values must be in 1..255")
+        lengths = np.array([trace.size for trace in kept], dtype=np.int64)
+        return cls(flat.astype(np.uint8), offsets_from_counts(lengths), source)
+
+
+def load_jsonl_traces(path: Path, field: str) -> TraceSet:
+    """Read ``field`` (``acc_eagle`` or ``acc_ngram``) ``{"acc_len": [...]}`` from every
+    line of a file.
+
+    Raise ScenarioError if the file is missing, CalibrationError naming the line if one
+    is malformed.
+    """
+    if field not in TRACE_FIELDS:
+        raise ScenarioError(
+            f"speculation.acceptance.trace_field: must be one of {TRACE_FIELDS}, got {field!r}"
+        )
+    if not path.is_file():
+        raise ScenarioError(f"speculation.acceptance.trace: no such file {path}")
+    traces: list[list[int]] = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                traces.append([int(value) for value in json.loads(line)[field]["acc_len"]])
+            except (ValueError, KeyError, TypeError) as error:
+                raise CalibrationError(
+                    f"{path}:{line_number}: expected {field}.acc_len, a list of integers ({error})"
+                ) from error
+    return TraceSet.from_lists(traces, str(path))
+
+
+class TraceReplayModel(AcceptanceModel):
+    """Each request replays one real trace (its ``trace_keys`` entry, else a uniform draw).
+
+    Raise ScenarioError if ``match_rate`` is outside [0, 1] or below what the traces allow.
+    """
+
+    def __init__(
+        self,
+        traces: TraceSet,
+        *,
+        field: str = "acc_eagle",
+        match_rate: float | None = None,
+        sibling_decay: float = SIBLING_DECAY,
+        provenance: dict[str, Any] | None = None,
+    ) -> None:
+        self.traces = traces
+        self.field = field
+        self.sibling_decay = float(sibling_decay)
+        self.provenance = dict(provenance or {})
+        self.sibling_rates = self._conditional_rates_by_position()
+        self.miss_probability = 0.0
+        self.match_rate = 1.0
+        if field == "acc_ngram":
+            single_fraction = 2.0 - self.token_weighted_tau(1)
+            default_rate = min(1.0, (1.0 - single_fraction) / NGRAM_FIRST_POSITION_RATE)
+            self.match_rate = default_rate if match_rate is None else float(match_rate)
+            if not 1.0 - single_fraction - 1e-12 <= self.match_rate <= 1.0:
+                raise ScenarioError(
+                    f"speculation.acceptance.ngram_match_rate: must be in "
+                    f"[{1.0 - single_fraction:.4f}, 1] for {traces.source} (the fraction of "
+                    f"steps that accept a draft token), got {self.match_rate}"
+                )
+            if single_fraction > 0.0:
+                self.miss_probability = min(1.0, (1.0 - self.match_rate) / single_fraction)
+
+    def _conditional_rates_by_position(self) -> np.ndarray:
+        # Position-weighted P(acc_len >= d + 2 | acc_len >= d + 1): the top candidate's
+        # rate at depth d.
+        counts = np.bincount(self.traces.acc_len.astype(np.int64), minlength=257)[1:]
+        at_least = np.cumsum(counts[::-1])[::-1].astype(np.float64)
+        rates = np.divide(at_least[1:], at_least[:-1], out=np.zeros(255), where=at_least[:-1] > 0)
+        return rates
+
+    def _keys(self, num_requests: int, trace_keys: np.ndarray | None, rng: np.random.Generator):
+        if trace_keys is None:
+            return rng.integers(0, self.traces.num_traces, size=num_requests)
+        keys = np.asarray(trace_keys, dtype=np.int64)
+        if keys.shape != (num_requests,):
+            raise ScenarioError(f"trace_keys must have shape ({num_requests},), got {keys.shape}")
+        if np.any(keys < 0) or np.any(keys >= self.traces.num_traces):
+            raise ScenarioError(
+                f"trace_keys must be in [0, {self.traces.num_traces}) for {self.traces.source}"
+            )
+        return keys
+
+    def _tree_accepted(
+        self, start: np.ndarray, length: np.ndarray, base: np.ndarray, proposal: Proposal,
+        rescue: np.ndarray, rng: np.random.Generator,
+    ) -> np.ndarray:  # fmt: skip
+        depth = proposal.depth
+        done = np.zeros(start.size, dtype=np.int64)
+        position = start.copy()
+        going = np.ones(start.size, dtype=bool)
+        while np.any(going):
+            walking = np.flatnonzero(going)
+            acc = self.traces.acc_len[base[walking] + position[walking]].astype(np.int64)
+            top = np.minimum(acc - 1, depth - done[walking])
+            done[walking] += top
+            short = done[walking] < depth
+            rescued = short & (
+                rng.random(walking.size) < rescue[np.minimum(done[walking], depth - 1)]
+            )
+            saved = walking[rescued]
+            done[saved] += 1
+            position[saved] = (position[saved] + top[rescued] + 1) % length[saved]
+            going[:] = False
+            going[saved[done[saved] < depth]] = True
+        return done
+
+    def plan(
+        self,
+        num_decode_tokens: np.ndarray,
+        proposal: Proposal,
+        rng: np.random.Generator,
+        trace_keys: np.ndarray | None = None,
+    ) -> AcceptancePlan:
+        """Walk every request's trace in lockstep: one vectorised pass per step index.
+
+        Raise ScenarioError if ``trace_keys`` has the wrong shape or an index out of range.
+        """
+        needed = check_decode_tokens(num_decode_tokens)
+        keys = self._keys(needed.size, trace_keys, rng)
+        base = self.traces.offsets[keys]
+        length = self.traces.lengths[keys]
+        rescue = np.zeros(max(proposal.depth, 1))
+        if proposal.is_tree and proposal.tree_widths is not None:
+            rates = self.sibling_rates[: proposal.depth]
+            rescue = rescue_probabilities(rates, proposal.tree_widths, self.sibling_decay)
+        position = np.zeros(needed.size, dtype=np.int64)
+        emitted_total = np.zeros(needed.size, dtype=np.int64)
+        active = np.flatnonzero(needed > 0)
+        steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        while active.size:
+            here = position[active]
+            if proposal.is_tree:
+                accepted = self._tree_accepted(here, length[active], base[active], proposal,
+                                               rescue, rng)  # fmt: skip
+            else:
+                acc = self.traces.acc_len[base[active] + here].astype(np.int64)
+                accepted = np.minimum(acc - 1, proposal.depth)
+            proposed = np.full(active.size, proposal.num_draft_tokens, dtype=np.int16)
+            if self.miss_probability > 0.0:
+                miss = (accepted == 0) & (rng.random(active.size) < self.miss_probability)
+                proposed[miss] = 0
+            steps.append((active, proposed, accepted.astype(np.int16)))
+            emitted_total[active] += accepted + 1
+            position[active] = (here + accepted + 1) % length[active]
+            active = active[emitted_total[active] < needed[active]]
+        num_steps = np.zeros(needed.size, dtype=np.int64)
+        for owners, _, _ in steps:
+            num_steps[owners] += 1
+        offsets = offsets_from_counts(num_steps)
+        total = int(offsets[-1])
+        all_proposed = np.zeros(total, dtype=np.int16)
+        all_accepted = np.zeros(total, dtype=np.int16)
+        for step_index, (owners, proposed, accepted) in enumerate(steps):
+            all_proposed[offsets[owners] + step_index] = proposed
+            all_accepted[offsets[owners] + step_index] = accepted
+        return AcceptancePlan(offsets, all_proposed, all_accepted)
+
+    def token_weighted_tau(self, num_speculative_tokens: int) -> float:
+        """Tokens per step over every trace replayed once from its start with a chain of
+        k drafts."""
+        plan = self.plan(
+            self.traces.lengths,
+            Proposal.chain(num_speculative_tokens),
+            np.random.default_rng(0),
+            trace_keys=np.arange(self.traces.num_traces),
+        )
+        return float(np.sum(plan.accepted.astype(np.int64) + 1) / plan.accepted.size)
+
+    def expected_acceptance_length(self, proposal: Proposal) -> float:
+        """τ over every trace replayed once from its start (a fixed internal seed for
+        tree siblings)."""
+        if not proposal.is_tree:
+            return self.token_weighted_tau(proposal.depth)
+        plan = self.plan(
+            self.traces.lengths, proposal, np.random.default_rng(0),
+            trace_keys=np.arange(self.traces.num_traces),
+        )  # fmt: skip
+        return float(np.sum(plan.accepted.astype(np.int64) + 1) / plan.accepted.size)
+
+    def describe(self) -> dict[str, Any]:
+        """The trace source, field, match rate and tree rule."""
+        return {
+            "name": "trace",
+            "source": self.traces.source,
+            "trace_field": self.field,
+            "num_traces": self.traces.num_traces,
+            "ngram_match_rate": round(self.match_rate, 6) if self.field == "acc_ngram" else None,
+            "tree_sibling_decay": self.sibling_decay,
+            "wrap": "a request longer than its trace continues from the trace's first position",
+            **self.provenance,
+        }

@@ -1,0 +1,110 @@
+"""Trace replay against the raw trace files, and the replay rules (wrap, n-gram misses, trees)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.acceptance.plan import Proposal
+from sim.acceptance.profiles import load_shipped_traces
+from sim.acceptance.traces import TraceReplayModel, TraceSet, load_jsonl_traces
+from sim.errors import CalibrationError, ScenarioError
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+TRACES = SHARED / "acceptance-traces" / "llama-3.1-8b-h100-vllm"
+needs_shared = pytest.mark.skipif(not TRACES.is_dir(), reason="shared data folder not present")
+
+
+def _raw_token_weighted_tau(path: Path, field: str, k: int) -> float:
+    # An independent, plain-Python walk over the raw file: the reference the model must reproduce.
+    tokens = steps = 0
+    for line in path.read_text().splitlines():
+        acc = json.loads(line)[field]["acc_len"]
+        position = 0
+        while position < len(acc):
+            emitted = min(acc[position], k + 1)
+            position += emitted
+            tokens += emitted
+            steps += 1
+    return tokens / steps
+
+
+@needs_shared
+@pytest.mark.parametrize("dataset", ["sharegpt", "cnn", "gsm8k", "instructcoder"])
+@pytest.mark.parametrize("field", ["acc_eagle", "acc_ngram"])
+def test_replay_reproduces_raw_token_weighted_tau(dataset: str, field: str) -> None:
+    model = TraceReplayModel(load_shipped_traces(f"llama-3.1-8b/{dataset}", field), field=field)
+    for k in range(1, 8):
+        raw = _raw_token_weighted_tau(TRACES / f"combined_{dataset}.jsonl", field, k)
+        plan = model.plan(
+            model.traces.lengths, Proposal.chain(k), np.random.default_rng(0),
+            trace_keys=np.arange(model.traces.num_traces),
+        )  # fmt: skip
+        replayed = float(np.sum(plan.accepted + 1.0) / plan.accepted.size)
+        assert replayed == pytest.approx(raw, rel=0.02)
+        assert model.expected_acceptance_length(Proposal.chain(k)) == pytest.approx(raw, rel=0.02)
+
+
+@needs_shared
+def test_published_examples_of_the_trace_readme() -> None:
+    sharegpt = TraceReplayModel(load_shipped_traces("llama-3.1-8b/sharegpt", "acc_eagle"))
+    gsm8k = TraceReplayModel(load_shipped_traces("llama-3.1-8b/gsm8k", "acc_eagle"))
+    assert sharegpt.expected_acceptance_length(Proposal.chain(3)) == pytest.approx(2.25, abs=0.02)
+    assert gsm8k.expected_acceptance_length(Proposal.chain(3)) == pytest.approx(2.38, abs=0.02)
+
+
+def test_requests_longer_than_their_trace_wrap_around() -> None:
+    model = TraceReplayModel(TraceSet.from_lists([[3, 1, 2]], "synthetic"))
+    plan = model.plan(np.array([12]), Proposal.chain(5), np.random.default_rng(0))
+    # Positions 0 -> 3 == 0 (wrap) -> ...: emitted 3, 3, 3, 3.
+    assert plan.accepted.tolist() == [2, 2, 2, 2]
+    plan = model.plan(np.array([6]), Proposal.chain(1), np.random.default_rng(0))
+    # Positions 0 (2 tokens) -> 2 (2 tokens) -> 4 % 3 = 1 (1 token) -> 2 (2 tokens, covers 6).
+    assert plan.accepted.tolist() == [1, 1, 0, 1]
+
+
+def test_plan_invariants_keys_and_determinism() -> None:
+    rng = np.random.default_rng(0)
+    traces = TraceSet.from_lists([rng.integers(1, 8, size=n).tolist() for n in (5, 50, 300)], "s")
+    model = TraceReplayModel(traces)
+    tokens = rng.integers(0, 700, 200)
+    for proposal in (Proposal.chain(3), Proposal.static_tree((3, 2, 1)), Proposal.chain(0)):
+        first = model.plan(tokens, proposal, np.random.default_rng(9))
+        second = model.plan(tokens, proposal, np.random.default_rng(9))
+        first.check_invariants(tokens, proposal.depth)
+        np.testing.assert_array_equal(first.accepted, second.accepted)
+    with pytest.raises(ScenarioError, match="trace_keys"):
+        model.plan(np.array([5]), Proposal.chain(3), rng, trace_keys=np.array([3]))
+
+
+def test_tree_replay_never_shortens_the_trace_path() -> None:
+    traces = TraceSet.from_lists([np.random.default_rng(1).integers(1, 6, 400).tolist()], "s")
+    model = TraceReplayModel(traces)
+    chain = model.expected_acceptance_length(Proposal.chain(4))
+    tree = model.expected_acceptance_length(Proposal.static_tree((4, 3, 2, 2)))
+    assert tree > chain
+
+
+def test_ngram_misses_follow_the_match_rate() -> None:
+    acc = [1] * 600 + [3] * 400
+    model = TraceReplayModel(TraceSet.from_lists([acc], "s"), field="acc_ngram", match_rate=0.5)
+    plan = model.plan(np.array([len(acc)]), Proposal.chain(2), np.random.default_rng(0),
+                      trace_keys=np.array([0]))  # fmt: skip
+    steps_with_one = plan.accepted == 0
+    # k = 1 steps emitting one token: 600 of 800 steps; misses = (1 − m) / P1 of them.
+    assert np.mean(plan.proposed[steps_with_one] == 0) == pytest.approx(0.5 / 0.75, abs=0.06)
+    assert np.all(plan.proposed[~steps_with_one] == 2)
+    with pytest.raises(ScenarioError, match="ngram_match_rate"):
+        TraceReplayModel(TraceSet.from_lists([acc], "s"), field="acc_ngram", match_rate=0.1)
+
+
+def test_jsonl_loader_names_the_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"acc_eagle": {"acc_len": [2, 1]}}) + "\n" + '{"acc_eagle": 3}\n')
+    with pytest.raises(CalibrationError, match=":2:"):
+        load_jsonl_traces(path, "acc_eagle")
+    with pytest.raises(ScenarioError, match="no such file"):
+        load_jsonl_traces(tmp_path / "missing.jsonl", "acc_eagle")
