@@ -1,9 +1,10 @@
 """Named, independent random streams derived from one seed.
 
 Every consumer of randomness asks for a stream by name (``"arrivals"``, ``"prompt_tokens"``,
-``"acceptance"``, ...). A stream's state depends only on the seed and the name, never on the order in
-which streams are requested, so two strategies compared on one seed see identical arrivals and
-lengths (common random numbers) even when one of them draws acceptance numbers and the other does not.
+``"acceptance"``, ...). A stream's state depends only on the seed and the name, never on the
+order in which streams are requested, so two strategies compared on one seed see identical
+arrivals and lengths (common random numbers) even when one of them draws acceptance numbers and
+the other does not.
 """
 
 from __future__ import annotations

@@ -1,0 +1,5 @@
+"""``python -m sim`` runs the specsim command line."""
+
+from sim.cli import main
+
+main()

@@ -1,0 +1,293 @@
+"""The hardware and model catalogue: sourced constants and the quantities derived from them.
+
+The numbers live in ``sim/data/catalogue.yaml``, each entry with its source. This module turns them
+into frozen value objects and derives what the cost model needs (parameter counts, bytes read per
+step, KV bytes per token) with the standard decoder-only formulas, stated where they are computed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sim.errors import CatalogueError
+
+#: bf16 weights and KV cache: 2 bytes per element.
+BF16_BYTES = 2
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator's peak figures, as the vendor publishes them."""
+
+    name: str
+    display_name: str
+    memory_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    bf16_dense_flops: float
+    fp8_dense_flops: float | None
+    interconnect_bus_bandwidth_bytes_per_s: float
+    allreduce_latency_s: tuple[tuple[int, float], ...]
+    source: tuple[str, ...]
+
+    def allreduce_latency_at(self, tp: int) -> float:
+        """Small-message all-reduce latency at ``tp`` GPUs, interpolated linearly in log2(tp).
+
+        The catalogue holds measured latencies at a few degrees (2 and 8 GPUs); between them the
+        latency of tree/one-shot algorithms grows with the number of hops, i.e. with log2(tp).
+        Raise ValueError if ``tp`` < 2.
+        """
+        if tp < 2:
+            raise ValueError(f"all-reduce needs at least 2 GPUs, got {tp}")
+        points = sorted(self.allreduce_latency_s)
+        xs = [math.log2(n) for n, _ in points]
+        ys = [lat for _, lat in points]
+        x = math.log2(tp)
+        if x <= xs[0]:
+            return ys[0]
+        if x >= xs[-1]:
+            # Beyond the last measurement, extrapolate along the last segment.
+            if len(xs) == 1:
+                return ys[0]
+            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+            return ys[-1] + slope * (x - xs[-1])
+        for (x0, y0), (x1, y1) in zip(
+            zip(xs, ys, strict=True), zip(xs[1:], ys[1:], strict=True), strict=False
+        ):
+            if x0 <= x <= x1:
+                return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer's architecture, as in its ``config.json``.
+
+    Used both for catalogue entries and for models given inline in a scenario.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    tied_embeddings: bool = False
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    num_experts: int = Field(default=1, gt=0)
+    experts_per_token: int = Field(default=1, gt=0)
+    max_context_tokens: int = Field(default=131072, gt=0)
+    name: str = "inline"
+    source: str = "given inline in the scenario"
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model's architecture and the sizes derived from it (bf16 weights and KV cache)."""
+
+    spec: ModelSpec
+    name: str
+    # Derived sizes, filled in by ``from_spec``.
+    attention_params_per_layer: int = field(default=0)
+    expert_params_per_layer: int = field(default=0)
+    norm_params_per_layer: int = field(default=0)
+    embedding_params: int = field(default=0)
+    lm_head_params: int = field(default=0)
+
+    @staticmethod
+    def from_spec(spec: ModelSpec, name: str) -> Model:
+        """Derive parameter counts with the standard Llama-style formula.
+
+        per layer: attention ``H·nh·hd + 2·H·nkv·hd + nh·hd·H`` (+ q/k/v biases), MLP ``3·H·I`` per
+        expert (gate, up, down; the router ``H·E`` for MoE), norms ``2·H``; embedding ``V·H``; an
+        untied lm_head another ``V·H``. Source of the formula: the catalogue reference
+        (params_total_derived in the sourced constants), checked against published totals in tests.
+        Raise CatalogueError if the head geometry is inconsistent.
+        """
+        if spec.num_heads % spec.num_kv_heads != 0:
+            raise CatalogueError(
+                f"model {name}: num_heads {spec.num_heads} is not a multiple of "
+                f"num_kv_heads {spec.num_kv_heads}"
+            )
+        if spec.experts_per_token > spec.num_experts:
+            raise CatalogueError(
+                f"model {name}: experts_per_token {spec.experts_per_token} > "
+                f"num_experts {spec.num_experts}"
+            )
+        h, hd = spec.hidden_size, spec.head_dim
+        q_out, kv_out = spec.num_heads * hd, spec.num_kv_heads * hd
+        attention = h * q_out + 2 * h * kv_out + q_out * h
+        if spec.qkv_bias:
+            attention += q_out + 2 * kv_out
+        if spec.qk_norm:
+            attention += 2 * hd
+        expert = 3 * h * spec.intermediate_size
+        router = h * spec.num_experts if spec.num_experts > 1 else 0
+        return Model(
+            spec=spec,
+            name=name,
+            attention_params_per_layer=attention + router,
+            expert_params_per_layer=expert,
+            norm_params_per_layer=2 * h,
+            embedding_params=spec.vocab_size * h,
+            lm_head_params=0 if spec.tied_embeddings else spec.vocab_size * h,
+        )
+
+    # --- sizes -------------------------------------------------------------------------------
+    @property
+    def total_params(self) -> int:
+        """All parameters, every expert and the embedding table included."""
+        s = self.spec
+        per_layer = (
+            self.attention_params_per_layer
+            + s.num_experts * self.expert_params_per_layer
+            + self.norm_params_per_layer
+        )
+        return (
+            s.num_layers * per_layer + self.embedding_params + self.lm_head_params + s.hidden_size
+        )
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of all weights in bf16: what must fit in GPU memory."""
+        return float(self.total_params * BF16_BYTES)
+
+    @property
+    def lm_head_bytes(self) -> float:
+        """Bytes of the output projection read every forward (the embedding table when tied)."""
+        return float(self.spec.vocab_size * self.spec.hidden_size * BF16_BYTES)
+
+    @property
+    def dense_linear_params(self) -> int:
+        """Parameters of the linear layers that every token passes through (MoE experts excluded).
+
+        The embedding lookup is a gather, not a matmul, so it is excluded; the lm_head is included.
+        """
+        s = self.spec
+        per_layer = self.attention_params_per_layer + self.norm_params_per_layer
+        if s.num_experts == 1:
+            per_layer += self.expert_params_per_layer
+        return s.num_layers * per_layer + s.vocab_size * s.hidden_size + s.hidden_size
+
+    @property
+    def active_linear_params(self) -> int:
+        """Linear-layer parameters one token multiplies by: dense part plus its routed experts."""
+        s = self.spec
+        routed = s.num_layers * s.experts_per_token * self.expert_params_per_layer
+        return self.dense_linear_params + (routed if s.num_experts > 1 else 0)
+
+    def expected_experts_touched(self, num_tokens: Any) -> Any:
+        """Expected distinct experts per layer read by a step of ``num_tokens`` tokens.
+
+        With top-k routing spread uniformly over E experts, an expert is missed by one token with
+        probability 1 − k/E, so E·(1 − (1 − k/E)^N) experts are read (a uniform-routing
+        approximation; real routers are skewed, which lowers this).
+        """
+        s = self.spec
+        n = np.asarray(num_tokens, dtype=np.float64)
+        if s.num_experts == 1:
+            return np.ones_like(n)
+        miss = 1.0 - s.experts_per_token / s.num_experts
+        return s.num_experts * (1.0 - miss**n)
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes per token over all layers: 2 (K and V) · L · n_kv · d_h · 2 bytes."""
+        s = self.spec
+        return float(2 * s.num_layers * s.num_kv_heads * s.head_dim * BF16_BYTES)
+
+    @property
+    def attention_flops_per_pair(self) -> float:
+        """FLOPs of attention per (query token, attended key) pair over all layers: 4·L·n_h·d_h.
+
+        QK^T and PV are each 2·d_h FLOPs per head per pair (COST_MODEL.md, attention term).
+        """
+        s = self.spec
+        return float(4 * s.num_layers * s.num_heads * s.head_dim)
+
+
+def _load_yaml() -> dict[str, Any]:
+    text = resources.files("sim").joinpath("data/catalogue.yaml").read_text(encoding="utf-8")
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+@cache
+def _catalogue() -> tuple[dict[str, GPU], dict[str, Model]]:
+    data = _load_yaml()
+    gpus: dict[str, GPU] = {}
+    for name, entry in data["gpus"].items():
+        gpus[name] = GPU(
+            name=name,
+            display_name=entry["display_name"],
+            memory_bytes=float(entry["memory_bytes"]),
+            hbm_bandwidth_bytes_per_s=float(entry["hbm_bandwidth_bytes_per_s"]),
+            bf16_dense_flops=float(entry["bf16_dense_flops"]),
+            fp8_dense_flops=None
+            if entry["fp8_dense_flops"] is None
+            else float(entry["fp8_dense_flops"]),
+            interconnect_bus_bandwidth_bytes_per_s=float(
+                entry["interconnect_bus_bandwidth_bytes_per_s"]
+            ),
+            allreduce_latency_s=tuple(
+                sorted((int(k), float(v)) for k, v in entry["allreduce_latency_s"].items())
+            ),
+            source=tuple(entry["source"]),
+        )
+    models: dict[str, Model] = {}
+    for name, entry in data["models"].items():
+        spec = ModelSpec(**{**entry, "name": name})
+        models[name] = Model.from_spec(spec, name)
+    return gpus, models
+
+
+def gpu_names() -> list[str]:
+    """The catalogue's GPU names."""
+    return sorted(_catalogue()[0])
+
+
+def model_names() -> list[str]:
+    """The catalogue's model names."""
+    return sorted(_catalogue()[1])
+
+
+def get_gpu(name: str) -> GPU:
+    """The catalogue GPU called ``name``.
+
+    Raise CatalogueError naming the known GPUs if there is none.
+    """
+    gpus = _catalogue()[0]
+    if name not in gpus:
+        raise CatalogueError(f"unknown GPU {name!r}; known: {', '.join(sorted(gpus))}")
+    return gpus[name]
+
+
+def get_model(name_or_spec: str | dict[str, Any] | ModelSpec) -> Model:
+    """A catalogue model by name, or a model given inline as an architecture mapping.
+
+    Raise CatalogueError naming the known models, or the bad key of an inline mapping.
+    """
+    if isinstance(name_or_spec, ModelSpec):
+        return Model.from_spec(name_or_spec, name_or_spec.name)
+    if isinstance(name_or_spec, dict):
+        try:
+            spec = ModelSpec(**name_or_spec)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            path = ".".join(str(p) for p in first["loc"])
+            raise CatalogueError(f"model.{path}: {first['msg']}") from None
+        return Model.from_spec(spec, spec.name)
+    models = _catalogue()[1]
+    if name_or_spec not in models:
+        raise CatalogueError(f"unknown model {name_or_spec!r}; known: {', '.join(sorted(models))}")
+    return models[name_or_spec]

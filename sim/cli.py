@@ -1,0 +1,186 @@
+"""The ``specsim`` command line (also ``python -m sim``).
+
+Every command validates its input before doing any work; a user's mistake is reported as one
+message naming the key path or the file and line, with exit code 2 and no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from sim.errors import SpecsimError
+
+app = typer.Typer(
+    name="specsim",
+    help="Simulate batched speculative-decoding LLM serving: throughput, latency, acceptance.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+ScenarioArg = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Scenario YAML file; the embedded default scenario when omitted.", show_default=False
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=8"),
+]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Output folder.")]
+
+
+def user_errors(func: F) -> F:
+    """Turn specsim's own errors into a message on stderr and exit code 2."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SpecsimError as exc:
+            err_console.print(
+                f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True
+            )
+            raise typer.Exit(code=2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def progress_reporter(total: int, label: str) -> tuple[Callable[[int], None] | None, Any]:
+    """A rich progress bar over finished requests when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None, None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn(label),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    )
+    task = progress.add_task(label, total=total)
+    return (lambda n: progress.advance(task, n)), progress
+
+
+@app.command()
+@user_errors
+def run(
+    scenario: ScenarioArg = None,
+    out: OutOpt = None,
+    set_: SetOpt = None,
+    no_steps: Annotated[bool, typer.Option("--no-steps", help="Skip steps.csv.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run one scenario, print its summary and write its results."""
+    from sim.output import fresh_results_dir
+    from sim.report_text import summary_table
+    from sim.results import save_result
+    from sim.run import run_scenario
+    from sim.scenario import load_scenario
+
+    loaded, base_dir = load_scenario(scenario, set_ or [])
+    reporter, bar = progress_reporter(loaded.workload.num_requests, "simulating")
+    if bar is not None:
+        with bar:
+            result = run_scenario(loaded, base_dir, reporter)
+    else:
+        result = run_scenario(loaded, base_dir)
+    out_dir = out if out is not None else fresh_results_dir(Path("results"), loaded.name)
+    save_result(result, out_dir, write_steps=not no_steps)
+    if as_json:
+        console.print_json(json.dumps(result.summary, default=str))
+    else:
+        console.print(summary_table(result.summary))
+    err_console.print(f"results written to {out_dir}", highlight=False)
+
+
+@app.command()
+@user_errors
+def schema(out: OutOpt = None) -> None:
+    """Print (or write) the JSON Schema of scenario files, for editor completion."""
+    from sim.output import write_json
+    from sim.scenario import scenario_json_schema
+
+    document = scenario_json_schema()
+    if out is None:
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        write_json(out, document)
+        err_console.print(f"schema written to {out}", highlight=False)
+
+
+@app.command("lossless-check")
+@user_errors
+def lossless_check(
+    samples: Annotated[
+        int, typer.Option(min=1000, help="Speculative steps and direct samples.")
+    ] = 50_000,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Chi-square proof that speculative sampling reproduces the target distribution."""
+    from sim.lossless import run_lossless_check
+
+    report = run_lossless_check(samples=samples, seed=seed)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        typer.echo(report.format_text())
+    if not report.passed:
+        raise typer.Exit(code=1)
+
+
+@app.command()
+@user_errors
+def analyze(
+    alpha: Annotated[float, typer.Option(min=0.0, max=0.999)] = 0.8,
+    cost_ratio: Annotated[
+        float, typer.Option("--c", min=0.0, help="Draft/target cost ratio c.")
+    ] = 0.05,
+    out: OutOpt = None,
+) -> None:
+    """Expected tokens per verify step against alpha and k, the optimal k, and the lesson check."""
+    from sim.analysis import (
+        expected_tokens_per_step,
+        lesson_comparison,
+        optimal_k,
+        speedup,
+        tokens_per_step_figure,
+        tokens_per_step_table,
+    )
+
+    k_best = optimal_k(alpha, cost_ratio)
+    typer.echo(
+        f"alpha={alpha} c={cost_ratio}: optimal k = {k_best}, "
+        f"E[tokens/step] = {expected_tokens_per_step(alpha, k_best):.3f}, "
+        f"speedup = {speedup(alpha, k_best, cost_ratio):.3f}x"
+    )
+    table = tokens_per_step_table()
+    typer.echo("\nE[tokens per verify step] = (1 - alpha^(k+1)) / (1 - alpha):")
+    typer.echo(table.round(3).to_string())
+    typer.echo("")
+    typer.echo(lesson_comparison().format_text())
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        tokens_per_step_figure(table).savefig(out / "tokens_per_step.png", dpi=120)
+        table.to_csv(out / "tokens_per_step.csv")
+        err_console.print(f"figure and table written to {out}", highlight=False)
+
+
+def main() -> None:
+    """Entry point of the ``specsim`` console script."""
+    app()

@@ -1,0 +1,237 @@
+"""How long one engine step takes on the modelled node: a sum of per-operator-class rooflines.
+
+``T_step = T_fixed + T_linear + T_attention + T_allreduce + T_sample (+ T_draft)`` (COST_MODEL.md):
+
+* linear layers: ``max(w_bytes/(TP·η_bw·BW), 2·P·N/(TP·η_fl·F))`` — the weights are read once per
+  step whatever the batch, the FLOPs grow with the tokens ``N`` in the step (per-operator rooflines,
+  Yuan et al., arXiv:2402.16363); the max is rounded into a p-norm and a per-GEMM floor is added,
+  both fitted to measured operator timings;
+* attention over the KV cache:
+  ``max(Σn·kv_tok/(min(TP, n_kv)·η_bw·BW), 4·L·n_h·d_h·pairs/(TP·η_fl·F))``;
+* two all-reduces per layer under tensor parallelism (Megatron-LM, Shoeybi et al. arXiv:1909.08053),
+  each ``α(TP) + 2·(TP−1)/TP · bytes / busbw`` (ring cost, Patarasuk & Yuan 2009);
+* sampling: logits are written and read in fp32 a few times (softmax, top-k/p, rejection), a
+  bandwidth-bound pass over ``N_logits · V`` elements;
+* a fixed per-step engine overhead plus a per-sequence part (CPU scheduling, input preparation and
+  launch the GPU does not hide), from the engine preset.
+
+Every function takes numpy arrays (one entry per step) as well as scalars, so many predictable
+steps can be costed at once. Nothing here knows about queues or time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from sim.catalogue import GPU, Model
+
+FloatArray = NDArray[np.float64]
+
+#: fp32 logits: bytes moved per logit element by sampling (write, softmax read/write, sample read).
+SAMPLING_BYTES_PER_LOGIT = 4 * 4
+
+#: Breakdown keys, in the order they are reported.
+BREAKDOWN_KEYS = ("fixed_s", "linear_s", "attention_s", "allreduce_s", "sampling_s", "draft_s")
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achieved fractions of peak bandwidth and tensor throughput, and the roofline's corner.
+
+    ``roofline_p``: the linear layers' time is the p-norm ``(t_bw^p + t_fl^p)^(1/p)`` of the two
+    bounds instead of their sharp maximum (``inf``), because real GEMMs leave the memory-bound
+    regime gradually around the ridge point; ``gemm_floor_s``: a fixed time per GEMM kernel that
+    does not shrink as work is split (launch and tail). All four are fitted to measured operator
+    timings (``calibration/operator_fit.py``, ``docs/cost-model.md``).
+    Raise ValueError if a fraction is outside (0, 1], ``roofline_p`` < 1 or the floor is negative.
+    """
+
+    bandwidth: float
+    flops: float
+    roofline_p: float = float("inf")
+    gemm_floor_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, value in (("bandwidth", self.bandwidth), ("flops", self.flops)):
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"efficiency.{name} must be in (0, 1], got {value}")
+        if not self.roofline_p >= 1.0:
+            raise ValueError(f"efficiency.roofline_p must be >= 1, got {self.roofline_p}")
+        if self.gemm_floor_s < 0:
+            raise ValueError(f"efficiency.gemm_floor_s must be >= 0, got {self.gemm_floor_s}")
+
+
+def smooth_max(a: ArrayLike, b: ArrayLike, p: float) -> FloatArray:
+    """``(a^p + b^p)^(1/p)`` for non-negative a, b; the plain maximum when p is infinite."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    high = np.maximum(a, b)
+    if np.isinf(p):
+        return high
+    low = np.minimum(a, b)
+    ratio = np.divide(low, high, out=np.zeros_like(high), where=high > 0)
+    return high * (1.0 + ratio**p) ** (1.0 / p)
+
+
+def gemms_per_forward(model: Model) -> int:
+    """GEMM kernels in one forward as serving engines fuse them: QKV, O, gate-up, down per layer,
+    and the lm_head (MoE: gate-up and down per routed expert group count as one grouped GEMM)."""
+    return 4 * model.spec.num_layers + 1
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The aggregate shape of one or many steps, enough to cost them.
+
+    Every field is a scalar or an array with one entry per step.
+    ``num_tokens`` counts every token computed (prefill chunks, decodes, draft and tree tokens);
+    ``num_logit_tokens`` the positions whose logits are computed (one per decoding sequence, k+1 per
+    verified chain, the tree size for a tree, one for a prefill that completes);
+    ``kv_read_tokens`` the sum over sequences of the context each attends to (Σ n_i);
+    ``attention_pairs`` the number of (query, key) pairs, Σ t_i·(c_i + (t_i+1)/2) for a sequence
+    with c_i cached tokens computing t_i new ones (causal within the new tokens).
+    """
+
+    num_seqs: ArrayLike
+    num_tokens: ArrayLike
+    num_logit_tokens: ArrayLike
+    kv_read_tokens: ArrayLike
+    attention_pairs: ArrayLike
+
+
+class StepCostModel:
+    """Maps a step shape to its duration and breakdown for one model on one node.
+
+    Raise ValueError if ``tp`` < 1 or an overhead is negative.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        gpu: GPU,
+        tp: int,
+        efficiency: Efficiency,
+        step_overhead_s: float,
+        per_sequence_overhead_s: float = 0.0,
+    ) -> None:
+        if tp < 1:
+            raise ValueError(f"tensor-parallel degree must be >= 1, got {tp}")
+        if step_overhead_s < 0 or per_sequence_overhead_s < 0:
+            raise ValueError("engine overheads must be >= 0")
+        self.model = model
+        self.gpu = gpu
+        self.tp = tp
+        self.efficiency = efficiency
+        self.step_overhead_s = step_overhead_s
+        self.per_sequence_overhead_s = per_sequence_overhead_s
+        self._bw = tp * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s
+        self._flops = tp * efficiency.flops * gpu.bf16_dense_flops
+        spec = model.spec
+        self._kv_bw = (
+            min(tp, spec.num_kv_heads) * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s
+        )
+        self._allreduce_latency_s = gpu.allreduce_latency_at(tp) if tp > 1 else 0.0
+        self._gemm_floor_s = gemms_per_forward(model) * efficiency.gemm_floor_s
+
+    # --- operator classes ------------------------------------------------------------------
+    def linear_s(self, num_tokens: ArrayLike, num_logit_tokens: ArrayLike) -> FloatArray:
+        """Linear layers and lm_head: weight bytes over bandwidth vs FLOPs over throughput."""
+        n = np.asarray(num_tokens, dtype=np.float64)
+        n_logits = np.asarray(num_logit_tokens, dtype=np.float64)
+        m = self.model
+        lm_head = m.spec.vocab_size * m.spec.hidden_size
+        body_dense = m.dense_linear_params - lm_head
+        # Bytes: dense weights always; MoE experts only those some token is routed to.
+        weight_bytes = 2.0 * m.dense_linear_params + 2.0 * m.spec.num_layers * (
+            m.expected_experts_touched(n) * m.expert_params_per_layer
+            if m.spec.num_experts > 1
+            else 0.0
+        )
+        active_body = body_dense + (
+            m.spec.num_layers * m.spec.experts_per_token * m.expert_params_per_layer
+            if m.spec.num_experts > 1
+            else 0
+        )
+        flops = 2.0 * active_body * n + 2.0 * lm_head * n_logits
+        roofline = smooth_max(
+            weight_bytes / self._bw, flops / self._flops, self.efficiency.roofline_p
+        )
+        return roofline + self._gemm_floor_s
+
+    def attention_s(self, kv_read_tokens: ArrayLike, attention_pairs: ArrayLike) -> FloatArray:
+        """Attention over the KV cache: KV bytes over bandwidth vs score FLOPs over throughput."""
+        kv_bytes = np.asarray(kv_read_tokens, dtype=np.float64) * self.model.kv_bytes_per_token
+        flops = np.asarray(attention_pairs, dtype=np.float64) * self.model.attention_flops_per_pair
+        return np.maximum(kv_bytes / self._kv_bw, flops / self._flops)
+
+    def allreduce_s(self, num_tokens: ArrayLike) -> FloatArray:
+        """Two all-reduces per layer of ``N·H`` bf16 activations; zero without tensor parallel."""
+        n = np.asarray(num_tokens, dtype=np.float64)
+        if self.tp == 1:
+            return np.zeros_like(n)
+        spec = self.model.spec
+        message_bytes = n * spec.hidden_size * 2.0
+        ring = (
+            2.0
+            * (self.tp - 1)
+            / self.tp
+            * message_bytes
+            / self.gpu.interconnect_bus_bandwidth_bytes_per_s
+        )
+        return 2.0 * spec.num_layers * (self._allreduce_latency_s + ring)
+
+    def sampling_s(self, num_logit_tokens: ArrayLike) -> FloatArray:
+        """Softmax, sampling and rejection over fp32 logits: a bandwidth-bound pass per row."""
+        n_logits = np.asarray(num_logit_tokens, dtype=np.float64)
+        per_gpu_bw = self._bw / self.tp
+        return n_logits * self.model.spec.vocab_size * SAMPLING_BYTES_PER_LOGIT / per_gpu_bw
+
+    def fixed_s(self, num_seqs: ArrayLike) -> FloatArray:
+        """Engine overhead the GPU does not hide: per step plus per scheduled sequence."""
+        b = np.asarray(num_seqs, dtype=np.float64)
+        return self.step_overhead_s + self.per_sequence_overhead_s * b
+
+    # --- whole step --------------------------------------------------------------------------
+    def breakdown(self, shape: StepShape) -> dict[str, FloatArray]:
+        """Each operator class's time for ``shape`` (``draft_s`` is zero: strategies add it)."""
+        fixed = self.fixed_s(shape.num_seqs)
+        linear = self.linear_s(shape.num_tokens, shape.num_logit_tokens)
+        return {
+            "fixed_s": fixed,
+            "linear_s": linear,
+            "attention_s": self.attention_s(shape.kv_read_tokens, shape.attention_pairs),
+            "allreduce_s": self.allreduce_s(shape.num_tokens),
+            "sampling_s": self.sampling_s(shape.num_logit_tokens),
+            "draft_s": np.zeros_like(linear),
+        }
+
+    def step_time(self, shape: StepShape) -> FloatArray:
+        """The total duration of ``shape`` in seconds."""
+        parts = self.breakdown(shape)
+        return total_of(parts)
+
+    def forward_time(
+        self,
+        num_seqs: ArrayLike,
+        num_tokens: ArrayLike,
+        kv_read_tokens: ArrayLike,
+        attention_pairs: ArrayLike,
+        num_logit_tokens: ArrayLike,
+    ) -> FloatArray:
+        """One forward pass without the engine's fixed overhead (used for draft models)."""
+        del num_seqs
+        return (
+            self.linear_s(num_tokens, num_logit_tokens)
+            + self.attention_s(kv_read_tokens, attention_pairs)
+            + self.allreduce_s(num_tokens)
+        )
+
+
+def total_of(parts: dict[str, FloatArray]) -> FloatArray:
+    """Sum a breakdown in the fixed order of :data:`BREAKDOWN_KEYS` (bit-for-bit reproducible)."""
+    total = np.zeros_like(parts["fixed_s"])
+    for key in BREAKDOWN_KEYS:
+        total = total + parts[key]
+    return total

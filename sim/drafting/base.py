@@ -1,0 +1,78 @@
+"""The interface every drafting strategy implements, and what they share.
+
+A strategy answers four questions for the engine: what it proposes per verify step (a chain of k
+drafts or a tree), how long its drafting takes for a step's batch, what it keeps in GPU memory
+(weights, KV per token), and, through its acceptance model, how many drafts each request's steps
+accept.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sim.acceptance.plan import AcceptanceModel, Proposal
+from sim.engine.drafter import DraftWork, StepPlan
+
+FloatArray = NDArray[np.float64]
+
+
+class Strategy(ABC):
+    """A drafting strategy as the engine sees it."""
+
+    name: str = "abstract"
+
+    def __init__(self, proposal: Proposal | None, acceptance: AcceptanceModel | None) -> None:
+        self.proposal = proposal
+        self.acceptance = acceptance
+
+    @abstractmethod
+    def draft_time_s(self, work: DraftWork) -> FloatArray:
+        """Seconds of drafting each step adds (one entry per step of ``work``)."""
+
+    def extra_kv_bytes_per_token(self) -> float:
+        """KV bytes per token the drafter keeps beside the target's (summed over GPUs)."""
+        return 0.0
+
+    def weight_bytes_per_gpu(self) -> float:
+        """Bytes of drafter weights each of the target's GPUs holds."""
+        return 0.0
+
+    def plan(self, num_decode_tokens: NDArray[np.int64], rng: np.random.Generator) -> StepPlan:
+        """Every request's verify steps: draft tokens proposed and accepted at each."""
+        if self.proposal is None or self.acceptance is None:
+            return StepPlan.without_speculation(len(num_decode_tokens))
+        plan = self.acceptance.plan(num_decode_tokens, self.proposal, rng)
+        return StepPlan(offsets=plan.offsets, proposed=plan.proposed, accepted=plan.accepted)
+
+    def describe(self) -> dict[str, Any]:
+        """The strategy's settings and its acceptance model, for results and reports."""
+        out: dict[str, Any] = {"method": self.name}
+        if self.proposal is not None:
+            out["num_draft_tokens"] = self.proposal.num_draft_tokens
+            out["depth"] = self.proposal.depth
+            if self.proposal.tree_widths is not None:
+                out["tree_widths"] = list(self.proposal.tree_widths)
+        if self.acceptance is not None:
+            out["acceptance"] = self.acceptance.describe()
+            out["expected_acceptance_length"] = (
+                self.acceptance.expected_acceptance_length(self.proposal)
+                if self.proposal is not None
+                else 1.0
+            )
+        return out
+
+
+class NoSpeculation(Strategy):
+    """Plain autoregressive decoding: one token per sequence per step, no drafting cost."""
+
+    name = "none"
+
+    def __init__(self) -> None:
+        super().__init__(None, None)
+
+    def draft_time_s(self, work: DraftWork) -> FloatArray:
+        return np.zeros(len(np.atleast_1d(work.num_seqs)))

@@ -1,0 +1,384 @@
+"""The engine core: executes steps chosen by the scheduler and advances the clock.
+
+Two paths produce identical records. ``step()`` asks the scheduler for one batch and executes it.
+``fast_forward()`` handles the common stretch between events that change the batch (an arrival
+that could be admitted, a completion, a block shortage): while every running sequence decodes,
+each step's shape is known in advance from the sequences' lengths and their acceptance plans, so
+many steps are costed and applied at once with numpy. Both paths share the shape arithmetic
+(integer sums, then one cost-model call) and accumulate time with a sequential add, so the
+numbers agree to the last bit; a test runs both and compares.
+
+Same-time order: a step starting at t sees every arrival with arrival time <= t.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sim.cost_model import BREAKDOWN_KEYS, StepCostModel, StepShape
+from sim.engine.drafter import Drafter, DraftWork, StepPlan
+from sim.engine.kv_cache import BlockManager, blocks_for
+from sim.engine.recorder import StepRecorder
+from sim.engine.requests import RequestTable
+from sim.engine.scheduler import Scheduler
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+
+#: Steps costed per fast-forward chunk; a segment may span several chunks.
+FAST_FORWARD_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """Integer aggregates of a step (or one entry per step of a segment)."""
+
+    num_seqs: IntArray
+    num_tokens: IntArray
+    num_logit_tokens: IntArray
+    kv_read_tokens: IntArray
+    attention_pairs_x2: IntArray
+
+    def shape(self) -> StepShape:
+        return StepShape(
+            num_seqs=self.num_seqs,
+            num_tokens=self.num_tokens,
+            num_logit_tokens=self.num_logit_tokens,
+            kv_read_tokens=self.kv_read_tokens,
+            attention_pairs=self.attention_pairs_x2 / 2.0,
+        )
+
+
+class EngineCore:
+    """One serving node's engine: scheduler, KV ledger, cost model, drafter and records."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        cost_model: StepCostModel,
+        drafter: Drafter,
+        plan: StepPlan,
+        recorder: StepRecorder,
+        fast_forward: bool = True,
+        on_finish: Callable[[IntArray, float], None] | None = None,
+        check_invariants: bool = False,
+    ) -> None:
+        self.scheduler = scheduler
+        self.requests: RequestTable = scheduler.requests
+        self.kv: BlockManager = scheduler.kv
+        self.cost_model = cost_model
+        self.drafter = drafter
+        self.plan = plan
+        self.recorder = recorder
+        self.fast_forward_enabled = fast_forward
+        self.on_finish = on_finish
+        self.check = check_invariants
+        self.clock_s = 0.0
+        self.num_steps = 0
+
+    # --- shared arithmetic ----------------------------------------------------------------------
+    def _durations(
+        self, totals: StepTotals, work: DraftWork
+    ) -> tuple[FloatArray, dict[str, FloatArray]]:
+        parts = self.cost_model.breakdown(totals.shape())
+        parts["draft_s"] = np.asarray(self.drafter.draft_time_s(work), dtype=np.float64)
+        total = np.zeros_like(parts["fixed_s"], dtype=np.float64)
+        for key in BREAKDOWN_KEYS:
+            total = total + parts[key]
+        return np.atleast_1d(total), {k: np.atleast_1d(v) for k, v in parts.items()}
+
+    def _starts(self, durations: FloatArray) -> FloatArray:
+        """Start of each step and the end of the last: a sequential sum from the clock."""
+        return np.add.accumulate(np.concatenate(([self.clock_s], durations)))
+
+    # --- the general path ---------------------------------------------------------------------
+    def step(self, num_waiting: int) -> None:
+        """Schedule and execute one step starting at the current clock."""
+        batch = self.scheduler.schedule(self.clock_s)
+        if len(batch.ids) == 0:
+            return
+        r = self.requests
+        ids, take = batch.ids, batch.num_new_tokens
+        is_dec = batch.is_decode
+        computed = r.num_computed_tokens[ids]
+        known = r.known_tokens(ids)
+        remaining = r.output_tokens[ids] - r.num_emitted[ids]
+        completes = ~is_dec & (computed + take == known)
+        emitted = np.where(
+            is_dec, np.minimum(batch.accepted + 1, remaining), np.where(completes, 1, 0)
+        )
+        finishing = (emitted > 0) & (emitted == remaining)
+        drafting = (is_dec | completes) & ~finishing
+        new_computed = np.where(is_dec, computed + emitted, computed + take)
+
+        totals = StepTotals(
+            num_seqs=np.array([len(ids)]),
+            num_tokens=np.array([take.sum()]),
+            num_logit_tokens=np.array([np.where(is_dec, take, completes.astype(np.int64)).sum()]),
+            kv_read_tokens=np.array([(computed + take).sum()]),
+            attention_pairs_x2=np.array([(2 * take * computed + take * (take + 1)).sum()]),
+        )
+        next_proposed, _ = self.plan.lookup(ids, r.num_decode_steps[ids] + is_dec)
+        work = DraftWork(
+            num_seqs=np.array([drafting.sum()]),
+            num_new_tokens=np.array([np.where(drafting, np.where(is_dec, emitted, take), 0).sum()]),
+            context_tokens=np.array([np.where(drafting, new_computed, 0).sum()]),
+            num_full_accept=np.array(
+                [
+                    (
+                        drafting
+                        & is_dec
+                        & (batch.proposed > 0)
+                        & (batch.accepted == batch.proposed)
+                    ).sum()
+                ]
+            ),
+            num_proposed=np.array([np.where(drafting, next_proposed, 0).sum()]),
+        )
+        durations, parts = self._durations(totals, work)
+        starts = self._starts(durations)
+        end = float(starts[-1])
+        kv_used = self.kv.num_used + batch.scratch_blocks
+
+        # Apply: emissions, ITL, KV commit/rollback, completions.
+        emitting = emitted > 0
+        prior = r.num_emitted[ids]
+        first = emitting & (prior == 0)
+        r.first_token_at_s[ids[first]] = end
+        later = emitting & (prior > 0)
+        regular = later & (r.last_emit_step[ids] == self.num_steps - 1)
+        irregular = later & ~regular
+        self.recorder.add_irregular_itl(end - r.last_emit_at_s[ids[irregular]], end)
+        r.num_emitted[ids] += emitted
+        r.num_computed_tokens[ids] = new_computed
+        r.num_decode_steps[ids] += is_dec
+        r.num_drafted[ids] += batch.proposed
+        r.num_accepted[ids] += batch.accepted
+        r.last_emit_at_s[ids[emitting]] = end
+        r.last_emit_step[ids[emitting]] = self.num_steps
+        self.kv.release_scratch(batch.scratch_blocks)
+        self.kv.set_logical(ids, new_computed)
+        if self.scheduler.config.rollback_policy == "in_place":
+            self.kv.truncate(ids[is_dec])
+        else:
+            self.kv.allocate(ids[is_dec], new_computed[is_dec])
+
+        self.recorder.append(
+            {
+                "start_at_s": starts[:-1],
+                "duration_s": durations,
+                **{k: parts[k] for k in BREAKDOWN_KEYS},
+                "num_seqs": len(ids),
+                "num_decode_seqs": int(is_dec.sum()),
+                "num_prefill_seqs": int((~is_dec).sum()),
+                "num_tokens": int(take.sum()),
+                "num_prefill_tokens": int(take[~is_dec].sum()),
+                "num_emitted_tokens": int(emitted.sum()),
+                "num_draft_tokens": int(batch.proposed.sum()),
+                "num_accepted_tokens": int(batch.accepted.sum()),
+                "kv_blocks_used": kv_used,
+                "num_waiting": num_waiting,
+                "num_regular_itl": int(regular.sum()),
+            }
+        )
+        self.clock_s = end
+        self.num_steps += 1
+        self._finish(ids[finishing], end)
+        if self.check:
+            self.scheduler.check_invariants()
+
+    def _finish(self, ids: IntArray, end: float) -> None:
+        if len(ids) == 0:
+            return
+        self.requests.finished_at_s[ids] = end
+        self.scheduler.finish(ids)
+        if self.on_finish is not None:
+            self.on_finish(ids, end)
+
+    # --- the fast path ------------------------------------------------------------------------
+    def can_fast_forward(self) -> bool:
+        """Whether the next steps are pure decodes whose shapes are known in advance."""
+        s = self.scheduler
+        running = s.running
+        if not self.fast_forward_enabled or len(running) == 0:
+            return False
+        if s.waiting and len(running) < s.config.max_num_seqs:
+            return False
+        r = self.requests
+        return bool(
+            s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()
+        )
+
+    def fast_forward(
+        self, next_arrival_at_s: float, waiting_at: Callable[[FloatArray], IntArray]
+    ) -> int:
+        """Execute up to FAST_FORWARD_CHUNK pure-decode steps at once; return how many ran.
+
+        Stops after the first step in which a sequence finishes, before a step that would need
+        more KV blocks or token budget than there are, and before the first step that starts at or
+        after ``next_arrival_at_s`` when a new request could be admitted.
+        """
+        s, r, kv = self.scheduler, self.requests, self.kv
+        ids = s.running
+        m = FAST_FORWARD_CHUNK
+        steps = np.arange(m + 1)
+        start = self.plan.offsets[ids][:, None] + r.num_decode_steps[ids][:, None] + steps
+        inside = start < self.plan.offsets[ids + 1][:, None]
+        if len(self.plan.proposed):
+            safe = np.where(inside, start, 0)
+            proposed_all = np.where(inside, self.plan.proposed[safe], 0).astype(np.int64)
+            accepted_all = np.where(inside, self.plan.accepted[safe], 0).astype(np.int64)
+        else:
+            proposed_all = np.zeros(start.shape, dtype=np.int64)
+            accepted_all = proposed_all
+        proposed, accepted = proposed_all[:, :m], accepted_all[:, :m]
+        remaining = (r.output_tokens[ids] - r.num_emitted[ids])[:, None]
+        raw = accepted + 1
+        before = np.cumsum(raw, axis=1) - raw
+        emitted = np.minimum(raw, np.maximum(remaining - before, 0))
+        computed = r.num_computed_tokens[ids][:, None] + before
+        take = 1 + proposed
+        finishing = before + raw >= remaining
+        # Each step must fit the token budget and the block pool.
+        tokens = take.sum(axis=0)
+        if s.config.rollback_policy == "in_place":
+            blocks = blocks_for(computed + take, kv.block_size).sum(axis=0)
+        else:
+            blocks = (
+                blocks_for(computed + 1, kv.block_size) + blocks_for(proposed, kv.block_size)
+            ).sum(axis=0)
+        capacity = kv.num_free + int(kv.held[ids].sum())
+        ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
+        length = m if ok.all() else int(np.argmin(ok))
+        any_finish: NDArray[np.bool_] = np.asarray(finishing.any(axis=0))
+        if any_finish[:length].any():
+            length = int(np.argmax(any_finish)) + 1
+        if length == 0:
+            return 0
+        proposed, accepted, emitted = (
+            proposed[:, :length],
+            accepted[:, :length],
+            emitted[:, :length],
+        )
+        computed, take, finishing = computed[:, :length], take[:, :length], finishing[:, :length]
+        drafting = ~finishing
+        new_computed = computed + emitted
+        num_seqs = np.full(length, len(ids), dtype=np.int64)
+        totals = StepTotals(
+            num_seqs=num_seqs,
+            num_tokens=tokens[:length],
+            num_logit_tokens=tokens[:length],
+            kv_read_tokens=(computed + take).sum(axis=0),
+            attention_pairs_x2=(2 * take * computed + take * (take + 1)).sum(axis=0),
+        )
+        work = DraftWork(
+            num_seqs=drafting.sum(axis=0),
+            num_new_tokens=np.where(drafting, emitted, 0).sum(axis=0),
+            context_tokens=np.where(drafting, new_computed, 0).sum(axis=0),
+            num_full_accept=(drafting & (proposed > 0) & (accepted == proposed)).sum(axis=0),
+            num_proposed=np.where(drafting, proposed_all[:, 1 : length + 1], 0).sum(axis=0),
+        )
+        durations, parts = self._durations(totals, work)
+        starts = self._starts(durations)
+        # Cut before the first step that starts once a new request could be admitted.
+        if len(ids) < s.config.max_num_seqs and next_arrival_at_s < np.inf:
+            late = starts[1:length] >= next_arrival_at_s
+            if late.any():
+                cut = int(np.argmax(late)) + 1
+                return self._commit_segment(
+                    ids,
+                    cut,
+                    starts[: cut + 1],
+                    durations[:cut],
+                    {k: v[:cut] for k, v in parts.items()},
+                    totals,
+                    emitted,
+                    proposed,
+                    accepted,
+                    new_computed,
+                    finishing,
+                    blocks,
+                    waiting_at,
+                )
+        return self._commit_segment(
+            ids,
+            length,
+            starts,
+            durations,
+            parts,
+            totals,
+            emitted,
+            proposed,
+            accepted,
+            new_computed,
+            finishing,
+            blocks,
+            waiting_at,
+        )
+
+    def _commit_segment(
+        self,
+        ids: IntArray,
+        length: int,
+        starts: FloatArray,
+        durations: FloatArray,
+        parts: dict[str, FloatArray],
+        totals: StepTotals,
+        emitted: IntArray,
+        proposed: IntArray,
+        accepted: IntArray,
+        new_computed: IntArray,
+        finishing: NDArray[np.bool_],
+        blocks: IntArray,
+        waiting_at: Callable[[FloatArray], IntArray],
+    ) -> int:
+        r, kv = self.requests, self.kv
+        emitted, proposed, accepted = (
+            emitted[:, :length],
+            proposed[:, :length],
+            accepted[:, :length],
+        )
+        ends = starts[1:]
+        end = float(ends[-1])
+        r.num_emitted[ids] += emitted.sum(axis=1)
+        r.num_computed_tokens[ids] = new_computed[:, length - 1]
+        r.num_decode_steps[ids] += length
+        r.num_drafted[ids] += proposed.sum(axis=1)
+        r.num_accepted[ids] += accepted.sum(axis=1)
+        r.last_emit_at_s[ids] = end
+        r.last_emit_step[ids] = self.num_steps + length - 1
+        # KV: each sequence ends holding exactly the blocks of its committed tokens.
+        kv.set_logical(ids, new_computed[:, length - 1])
+        keep = blocks_for(new_computed[:, length - 1], kv.block_size)
+        kv.num_free += int(kv.held[ids].sum() - keep.sum())
+        kv.held[ids] = keep
+        num_seqs = len(ids)
+        self.recorder.append(
+            {
+                "start_at_s": starts[:-1],
+                "duration_s": durations,
+                **{k: parts[k][:length] for k in BREAKDOWN_KEYS},
+                "num_seqs": num_seqs,
+                "num_decode_seqs": num_seqs,
+                "num_prefill_seqs": 0,
+                "num_tokens": totals.num_tokens[:length],
+                "num_prefill_tokens": 0,
+                "num_emitted_tokens": emitted.sum(axis=0),
+                "num_draft_tokens": proposed.sum(axis=0),
+                "num_accepted_tokens": accepted.sum(axis=0),
+                "kv_blocks_used": blocks[:length],
+                "num_waiting": waiting_at(starts[:-1]),
+                "num_regular_itl": num_seqs,
+            }
+        )
+        self.clock_s = end
+        self.num_steps += length
+        done = finishing[:, length - 1]
+        self._finish(ids[done], end)
+        if self.check:
+            self.scheduler.check_invariants()
+        return length

@@ -1,0 +1,155 @@
+"""The serving node as one SimPy process: the engine step loop.
+
+SimPy owns time and nothing else. The node process yields one timeout per engine step (or per
+fast-forwarded stretch of predictable decode steps) and, when idle, one per arrival. Arrival times
+are not SimPy events: open-loop arrivals are known in advance and closed-loop clients issue their
+next request when the previous one finishes, so the node reads them from :class:`ArrivalSchedule`
+at each step start; that keeps same-time order explicit (a step starting at t sees every arrival at
+or before t) instead of leaving it to the event queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Generator
+from typing import Any
+
+import numpy as np
+import simpy
+from numpy.typing import NDArray
+
+from sim.engine.core import EngineCore
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+
+
+class ArrivalSchedule:
+    """Pending arrivals: a fixed open-loop schedule, or closed-loop clients.
+
+    Open loop: ``arrival_at_s`` gives every request's arrival. Closed loop: ``concurrency`` clients
+    each send request after request (in request order), the next one ``think_time_s`` after the
+    previous finishes. Raise ValueError if neither or both are given.
+    """
+
+    def __init__(
+        self,
+        num_requests: int,
+        arrival_at_s: FloatArray | None = None,
+        concurrency: int | None = None,
+        think_time_s: float = 0.0,
+    ) -> None:
+        if (arrival_at_s is None) == (concurrency is None):
+            raise ValueError("give exactly one of arrival_at_s and concurrency")
+        self.num_requests = num_requests
+        self.think_time_s = think_time_s
+        self._open = arrival_at_s is not None
+        self._times: FloatArray = (
+            np.asarray(arrival_at_s, dtype=np.float64) if arrival_at_s is not None else np.zeros(0)
+        )
+        self._next = 0  # open loop: index of the next arrival not yet released
+        self._heap: list[tuple[float, int]] = []
+        self._issued = 0
+        if concurrency is not None:
+            for _ in range(min(concurrency, num_requests)):
+                self._issue(0.0)
+
+    def _issue(self, at_s: float) -> None:
+        heapq.heappush(self._heap, (at_s, self._issued))
+        self._issued += 1
+
+    def next_at_s(self) -> float:
+        """Time of the next arrival not yet released (inf when none is pending)."""
+        if self._open:
+            return float(self._times[self._next]) if self._next < len(self._times) else np.inf
+        return self._heap[0][0] if self._heap else np.inf
+
+    def release_until(self, now_s: float) -> tuple[IntArray, FloatArray]:
+        """Request ids and arrival times of every pending arrival at or before ``now_s``."""
+        if self._open:
+            end = int(np.searchsorted(self._times, now_s, side="right"))
+            ids = np.arange(self._next, end, dtype=np.int64)
+            self._next = end
+            return ids, self._times[ids]
+        out: list[tuple[float, int]] = []
+        while self._heap and self._heap[0][0] <= now_s:
+            out.append(heapq.heappop(self._heap))
+        return (
+            np.array([i for _, i in out], dtype=np.int64),
+            np.array([t for t, _ in out], dtype=np.float64),
+        )
+
+    def pending_at(self, times_s: FloatArray) -> IntArray:
+        """How many not-yet-released arrivals fall at or before each of ``times_s``."""
+        if self._open:
+            return np.searchsorted(self._times, times_s, side="right") - self._next
+        heap_times = np.sort(np.array([t for t, _ in self._heap], dtype=np.float64))
+        return np.searchsorted(heap_times, times_s, side="right").astype(np.int64)
+
+    def on_finish(self, ids: IntArray, at_s: float) -> None:
+        """Closed loop: each finished request's client sends its next request."""
+        if self._open:
+            return
+        for _ in range(len(ids)):
+            if self._issued < self.num_requests:
+                self._issue(at_s + self.think_time_s)
+
+    def exhausted(self) -> bool:
+        """True when every request has been released."""
+        if self._open:
+            return self._next >= len(self._times)
+        return self._issued >= self.num_requests and not self._heap
+
+
+class ServingNode:
+    """Runs an :class:`EngineCore` against an :class:`ArrivalSchedule` in a SimPy environment."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        core: EngineCore,
+        arrivals: ArrivalSchedule,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.env = env
+        self.core = core
+        self.arrivals = arrivals
+        self.progress = progress
+        self.num_finished = 0
+        core.on_finish = self._on_finish
+        self.process = env.process(self._run())
+
+    def _on_finish(self, ids: IntArray, at_s: float) -> None:
+        self.num_finished += len(ids)
+        self.arrivals.on_finish(ids, at_s)
+        if self.progress is not None:
+            self.progress(len(ids))
+
+    def _release(self) -> None:
+        core = self.core
+        ids, times = self.arrivals.release_until(core.clock_s)
+        if len(ids):
+            core.requests.arrival_at_s[ids] = times
+            core.scheduler.add_waiting(ids)
+
+    def _waiting_at(self, times_s: FloatArray) -> IntArray:
+        """Requests waiting at each of ``times_s``: queued now plus arrivals not yet released."""
+        return len(self.core.scheduler.waiting) + self.arrivals.pending_at(times_s)
+
+    def _run(self) -> Generator[simpy.Event, Any, None]:
+        core, scheduler = self.core, self.core.scheduler
+        while True:
+            self._release()
+            if len(scheduler.running) == 0 and not scheduler.waiting:
+                next_at = self.arrivals.next_at_s()
+                if next_at == np.inf:
+                    return
+                core.clock_s = max(core.clock_s, next_at)
+                yield self.env.timeout(max(0.0, core.clock_s - self.env.now))
+                continue
+            ran = 0
+            if core.can_fast_forward():
+                ran = core.fast_forward(self.arrivals.next_at_s(), self._waiting_at)
+            if ran == 0:
+                core.step(len(scheduler.waiting))
+            yield self.env.timeout(max(0.0, core.clock_s - self.env.now))

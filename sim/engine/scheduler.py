@@ -1,0 +1,290 @@
+"""The continuous-batching scheduler, after vLLM V1: one token budget shared by decodes and
+prefill chunks, FCFS admission, preemption by recompute when KV blocks run out.
+
+A synchronous state machine that knows nothing about time: ``schedule()`` decides the next step's
+batch and commits the KV blocks it needs, ``finish()`` and ``preempt()`` release them. The common
+case (every running decode fits) is decided with a few vectorised operations; only block shortage
+falls back to vLLM's one-request-at-a-time loop.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sim.engine.drafter import StepPlan
+from sim.engine.kv_cache import BlockManager, blocks_for
+from sim.engine.requests import FINISHED, RUNNING, WAITING, RequestTable
+from sim.errors import InvariantError, ScenarioError
+
+IntArray = NDArray[np.int64]
+
+#: KV rollback policies for rejected draft tokens.
+ROLLBACK_POLICIES = ("in_place", "scratch")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduling limits, as vLLM names them."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    rollback_policy: str = "in_place"
+
+    def __post_init__(self) -> None:
+        if self.rollback_policy not in ROLLBACK_POLICIES:
+            raise ValueError(f"rollback_policy must be one of {ROLLBACK_POLICIES}")
+
+
+@dataclass(frozen=True)
+class ScheduledBatch:
+    """The sequences of one step and what each computes.
+
+    ``num_new_tokens``: tokens computed for the sequence (a prefill chunk, or 1 + drafts);
+    ``is_decode``: a verify/decode step rather than a prefill chunk; ``proposed``/``accepted``:
+    draft tokens carried and accepted (0 for prefills); ``scratch_blocks``: blocks lent to the step
+    for draft slots under the scratch policy.
+    """
+
+    ids: IntArray
+    num_new_tokens: IntArray
+    is_decode: NDArray[np.bool_]
+    proposed: IntArray
+    accepted: IntArray
+    scratch_blocks: int
+    num_preempted: int
+
+
+class Scheduler:
+    """Waiting and running queues over a request table and a KV block ledger."""
+
+    def __init__(
+        self, config: SchedulerConfig, requests: RequestTable, kv: BlockManager, plan: StepPlan
+    ) -> None:
+        self.config = config
+        self.requests = requests
+        self.kv = kv
+        self.plan = plan
+        self.waiting: deque[int] = deque()
+        self.running: IntArray = np.zeros(0, dtype=np.int64)
+
+    # --- queue commands ---------------------------------------------------------------------
+    def add_waiting(self, ids: IntArray) -> None:
+        """Append newly arrived requests to the waiting queue (FCFS)."""
+        for r in ids.tolist():
+            self.waiting.append(r)
+        self.requests.state[ids] = WAITING
+
+    def finish(self, ids: IntArray) -> None:
+        """Retire finished requests and return their blocks."""
+        if len(ids) == 0:
+            return
+        self.kv.free(ids)
+        self.requests.state[ids] = FINISHED
+        self.running = self.running[~np.isin(self.running, ids)]
+
+    def _preempt_tail(self) -> int:
+        """Preempt the most recently admitted running request (recompute): back to the front."""
+        victim = int(self.running[-1])
+        self.running = self.running[:-1]
+        self.kv.free(np.array([victim]))
+        self.requests.num_computed_tokens[victim] = 0
+        self.requests.num_preemptions[victim] += 1
+        self.requests.state[victim] = WAITING
+        self.waiting.appendleft(victim)
+        return victim
+
+    # --- queries ----------------------------------------------------------------------------
+    def decode_mask(self, ids: IntArray) -> NDArray[np.bool_]:
+        """Which requests are decoding (all known tokens but the last are in the KV cache)."""
+        r = self.requests
+        return (r.num_emitted[ids] >= 1) & (r.num_computed_tokens[ids] == r.known_tokens(ids) - 1)
+
+    # --- the step decision --------------------------------------------------------------------
+    def schedule(self, now_s: float) -> ScheduledBatch:
+        """Choose the next step's batch, allocating its KV blocks (preempting if needed).
+
+        Raise ScenarioError if a lone request can never fit in the KV pool.
+        """
+        cfg, r, kv = self.config, self.requests, self.kv
+        budget = cfg.max_num_batched_tokens
+        ids_out: list[IntArray] = []
+        new_out: list[IntArray] = []
+        dec_out: list[NDArray[np.bool_]] = []
+        prop_out: list[IntArray] = []
+        acc_out: list[IntArray] = []
+        scratch_blocks = 0
+        num_preempted = 0
+
+        running = self.running
+        if len(running):
+            is_dec = self.decode_mask(running)
+            proposed, accepted = self.plan.lookup(running, r.num_decode_steps[running])
+            proposed = np.where(is_dec, proposed, 0)
+            accepted = np.where(is_dec, accepted, 0)
+            want = np.where(
+                is_dec, 1 + proposed, r.known_tokens(running) - r.num_computed_tokens[running]
+            )
+            cum = np.cumsum(want)
+            take = np.clip(budget - (cum - want), 0, want)
+            # A decode short of budget verifies fewer drafts (vLLM V1 trims spec tokens).
+            proposed = np.where(is_dec, np.maximum(take - 1, 0), 0)
+            accepted = np.minimum(accepted, proposed)
+            keep = take > 0
+            ids, take, is_dec = running[keep], take[keep], is_dec[keep]
+            proposed, accepted = proposed[keep], accepted[keep]
+            own_slots, scratch = self._slots(ids, take, is_dec, proposed)
+            need = kv.blocks_needed(ids, own_slots)
+            if int(need.sum()) + int(scratch.sum()) > kv.num_free:
+                ids, take, is_dec, proposed, accepted, own_slots, scratch, num_preempted = (
+                    self._allocate_with_preemption(ids, take, is_dec, proposed, accepted)
+                )
+            else:
+                kv.allocate(ids, own_slots)
+            scratch_blocks = int(scratch.sum())
+            kv.reserve_scratch(scratch_blocks)
+            budget -= int(take.sum())
+            ids_out.append(ids)
+            new_out.append(take)
+            dec_out.append(is_dec)
+            prop_out.append(proposed)
+            acc_out.append(accepted)
+
+        if num_preempted == 0:
+            admitted = self._admit(now_s, budget)
+            if admitted is not None:
+                ids_out.append(admitted[0])
+                new_out.append(admitted[1])
+                dec_out.append(np.zeros(len(admitted[0]), dtype=bool))
+                zeros = np.zeros(len(admitted[0]), dtype=np.int64)
+                prop_out.append(zeros)
+                acc_out.append(zeros)
+
+        if not ids_out:
+            empty = np.zeros(0, dtype=np.int64)
+            return ScheduledBatch(empty, empty, np.zeros(0, dtype=bool), empty, empty, 0, 0)
+        return ScheduledBatch(
+            ids=np.concatenate(ids_out),
+            num_new_tokens=np.concatenate(new_out),
+            is_decode=np.concatenate(dec_out),
+            proposed=np.concatenate(prop_out),
+            accepted=np.concatenate(acc_out),
+            scratch_blocks=scratch_blocks,
+            num_preempted=num_preempted,
+        )
+
+    def _slots(
+        self, ids: IntArray, take: IntArray, is_dec: NDArray[np.bool_], proposed: IntArray
+    ) -> tuple[IntArray, IntArray]:
+        """Own KV slots each sequence must hold during the step, and scratch blocks for drafts.
+
+        In place: every new token (drafts included) is written into the sequence's own blocks.
+        Scratch: the sequence's blocks take only its input token; drafts go to scratch blocks.
+        """
+        computed = self.requests.num_computed_tokens[ids]
+        if self.config.rollback_policy == "in_place":
+            return computed + take, np.zeros(len(ids), dtype=np.int64)
+        own = computed + np.where(is_dec, 1, take)
+        scratch = np.where(is_dec, blocks_for(proposed, self.kv.block_size), 0)
+        return own, scratch
+
+    def _allocate_with_preemption(
+        self,
+        ids: IntArray,
+        take: IntArray,
+        is_dec: NDArray[np.bool_],
+        proposed: IntArray,
+        accepted: IntArray,
+    ) -> tuple[IntArray, IntArray, NDArray[np.bool_], IntArray, IntArray, IntArray, IntArray, int]:
+        """vLLM V1's loop: allocate in order; when short, preempt from the tail of running."""
+        kv = self.kv
+        kept: list[int] = []
+        num_preempted = 0
+        for index, req in enumerate(ids.tolist()):
+            if self.requests.state[req] != RUNNING:
+                continue  # preempted earlier in this loop
+            one = np.array([req])
+            own, scratch = self._slots(
+                one, take[index : index + 1], is_dec[index : index + 1], proposed[index : index + 1]
+            )
+            while int(kv.blocks_needed(one, own).sum()) + int(scratch.sum()) > kv.num_free:
+                victim = self._preempt_tail()
+                num_preempted += 1
+                if victim == req:
+                    break
+            else:
+                kv.allocate(one, own)
+                kv.reserve_scratch(int(scratch.sum()))
+                kept.append(index)
+        # Scratch was reserved one by one above; give it back so the caller reserves the total.
+        idx = np.array(kept, dtype=np.int64)
+        own_slots, scratch = self._slots(ids[idx], take[idx], is_dec[idx], proposed[idx])
+        kv.release_scratch(int(scratch.sum()))
+        return (
+            ids[idx],
+            take[idx],
+            is_dec[idx],
+            proposed[idx],
+            accepted[idx],
+            own_slots,
+            scratch,
+            num_preempted,
+        )
+
+    def _admit(self, now_s: float, budget: int) -> tuple[IntArray, IntArray] | None:
+        """Admit waiting requests in FCFS order while budget, sequence slots and blocks allow."""
+        cfg, r, kv = self.config, self.requests, self.kv
+        ids: list[int] = []
+        takes: list[int] = []
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            req = self.waiting[0]
+            want = int(r.prompt_tokens[req] + r.num_emitted[req] - r.num_computed_tokens[req])
+            if want > budget and not cfg.chunked_prefill:
+                break
+            take = min(want, budget)
+            one = np.array([req])
+            slots = np.array([r.num_computed_tokens[req] + take])
+            if not kv.can_allocate(one, slots):
+                if len(self.running) == 0:
+                    raise ScenarioError(
+                        f"request {req} needs {int(blocks_for(slots, kv.block_size)[0])} KV blocks "
+                        f"for its first chunk but the pool holds {kv.num_blocks}: raise "
+                        "gpu_memory_utilization or lower max_num_batched_tokens"
+                    )
+                break
+            kv.allocate(one, slots)
+            self.waiting.popleft()
+            self.running = np.append(self.running, req)
+            r.state[req] = RUNNING
+            if np.isnan(r.scheduled_at_s[req]):
+                r.scheduled_at_s[req] = now_s
+            ids.append(req)
+            takes.append(take)
+            budget -= take
+        if not ids:
+            return None
+        return np.array(ids, dtype=np.int64), np.array(takes, dtype=np.int64)
+
+    def check_invariants(self, scratch_blocks: int = 0) -> None:
+        """Raise InvariantError if the queues or the block ledger are inconsistent."""
+        r = self.requests
+        if len(self.running) > self.config.max_num_seqs:
+            raise InvariantError(f"{len(self.running)} running > max_num_seqs")
+        if len(np.unique(self.running)) != len(self.running):
+            raise InvariantError("a request is running twice")
+        if (r.state[self.running] != RUNNING).any():
+            raise InvariantError("a running request is not in the RUNNING state")
+        waiting = np.array(self.waiting, dtype=np.int64)
+        if (r.state[waiting] != WAITING).any():
+            raise InvariantError("a waiting request is not in the WAITING state")
+        if np.isin(waiting, self.running).any():
+            raise InvariantError("a request is both waiting and running")
+        if (r.num_computed_tokens > r.prompt_tokens + r.num_emitted).any():
+            raise InvariantError("a request computed more tokens than it knows")
+        if (r.num_emitted > r.output_tokens).any():
+            raise InvariantError("a request emitted more tokens than its output length")
+        self.kv.check_invariants(scratch_blocks)

@@ -1,0 +1,270 @@
+"""Build a serving node from a scenario, run it, and collect its result.
+
+The lifecycle is named and linear: resolve the scenario (preset defaults filled in) → build the
+workload, the drafting strategy, the acceptance plans, the KV pool and the engine → run the SimPy
+node until every request has finished → summarise the flat records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim import __version__
+from sim.catalogue import Model, get_gpu, get_model
+from sim.cost_model import StepCostModel
+from sim.drafting import Strategy, build_strategy
+from sim.efficiency import load_efficiency
+from sim.engine.core import EngineCore
+from sim.engine.drafter import StepPlan
+from sim.engine.kv_cache import BlockManager, blocks_for
+from sim.engine.memory import MemoryPlan, plan_memory
+from sim.engine.node import ArrivalSchedule, ServingNode
+from sim.engine.presets import get_preset
+from sim.engine.recorder import StepRecorder
+from sim.engine.requests import RequestTable
+from sim.engine.scheduler import Scheduler, SchedulerConfig
+from sim.errors import ScenarioError
+from sim.metrics import summarize
+from sim.random_streams import RandomStreams
+from sim.scenario import Scenario
+from sim.workload import Workload, build_workload
+
+REQUEST_COLUMNS = (
+    "prompt_tokens",
+    "output_tokens",
+    "arrival_at_s",
+    "scheduled_at_s",
+    "first_token_at_s",
+    "finished_at_s",
+    "num_preemptions",
+    "num_decode_steps",
+    "num_drafted",
+    "num_accepted",
+)
+
+
+@dataclass(frozen=True)
+class ResolvedEngine:
+    """The engine settings in force: the scenario's keys over the preset's defaults."""
+
+    preset: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    gpu_memory_utilization: float
+    chunked_prefill: bool
+    kv_rollback: str
+    step_overhead_s: float
+    per_sequence_overhead_s: float
+    reserved_memory_bytes: float
+
+
+def resolve_engine(scenario: Scenario) -> ResolvedEngine:
+    """Fill every unset engine key from the preset."""
+    e = scenario.engine
+    p = get_preset(e.preset)
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return ResolvedEngine(
+        preset=e.preset,
+        max_num_seqs=pick(e.max_num_seqs, p.max_num_seqs),
+        max_num_batched_tokens=pick(e.max_num_batched_tokens, p.max_num_batched_tokens),
+        block_size=pick(e.block_size, p.block_size),
+        gpu_memory_utilization=pick(e.gpu_memory_utilization, p.gpu_memory_utilization),
+        chunked_prefill=pick(e.chunked_prefill, p.chunked_prefill),
+        kv_rollback=pick(e.kv_rollback, p.kv_rollback),
+        step_overhead_s=pick(e.step_overhead_s, p.step_overhead_s),
+        per_sequence_overhead_s=pick(e.per_sequence_overhead_s, p.per_sequence_overhead_s),
+        reserved_memory_bytes=p.reserved_memory_bytes,
+    )
+
+
+def resolved_document(scenario: Scenario, engine: ResolvedEngine) -> dict[str, Any]:
+    """The scenario with every default written out, as saved beside the results."""
+    document = scenario.model_dump(mode="json")
+    document["engine"].update(
+        {k: v for k, v in engine.__dict__.items() if k != "reserved_memory_bytes"}
+    )
+    return document
+
+
+@dataclass
+class Simulation:
+    """Everything built from a scenario, ready to run."""
+
+    scenario: Scenario
+    engine: ResolvedEngine
+    model: Model
+    workload: Workload
+    strategy: Strategy
+    memory: MemoryPlan
+    plan: StepPlan
+    core: EngineCore
+    arrivals: ArrivalSchedule
+
+
+@dataclass
+class ScenarioResult:
+    """A finished run: summary, flat records, the resolved scenario and how it was produced."""
+
+    summary: dict[str, Any]
+    requests: dict[str, np.ndarray]
+    steps: dict[str, np.ndarray]
+    resolved_scenario: dict[str, Any]
+    memory: MemoryPlan
+
+
+def build_simulation(
+    scenario: Scenario,
+    base_dir: Path,
+    *,
+    fast_forward: bool | None = None,
+    check_invariants: bool = False,
+) -> Simulation:
+    """Build the node for ``scenario``; relative paths resolve against ``base_dir``.
+
+    Raise SpecsimError (ScenarioError, CatalogueError) if the scenario cannot run.
+    """
+    engine = resolve_engine(scenario)
+    model = get_model(scenario.model)
+    gpu = get_gpu(scenario.hardware.gpu)
+    tp = scenario.hardware.num_gpus
+    if model.spec.num_heads % tp != 0:
+        raise ScenarioError(
+            f"hardware.num_gpus: {tp} does not divide {model.name}'s {model.spec.num_heads} "
+            "attention heads"
+        )
+    streams = RandomStreams(scenario.seed)
+    workload = build_workload(scenario.workload, streams, base_dir)
+    cost_model = StepCostModel(
+        model,
+        gpu,
+        tp,
+        load_efficiency(gpu.name),
+        engine.step_overhead_s,
+        engine.per_sequence_overhead_s,
+    )
+    strategy = build_strategy(scenario, model, gpu, cost_model, engine.preset, base_dir)
+    memory = plan_memory(
+        model,
+        gpu,
+        tp,
+        engine.gpu_memory_utilization,
+        engine.block_size,
+        engine.max_num_batched_tokens,
+        engine.max_num_seqs,
+        engine.reserved_memory_bytes,
+        extra_weight_bytes=strategy.weight_bytes_per_gpu(),
+        extra_kv_bytes_per_token=strategy.extra_kv_bytes_per_token(),
+    )
+    _check_lengths(workload, model, memory, engine)
+    plan = strategy.plan(workload.output_tokens - 1, streams.stream("acceptance"))
+    requests = RequestTable(
+        prompt_tokens=workload.prompt_tokens.astype(np.int64).copy(),
+        output_tokens=workload.output_tokens.astype(np.int64).copy(),
+    )
+    kv = BlockManager(memory.num_blocks, engine.block_size, len(requests))
+    scheduler = Scheduler(
+        SchedulerConfig(
+            engine.max_num_seqs,
+            engine.max_num_batched_tokens,
+            engine.chunked_prefill,
+            engine.kv_rollback,
+        ),
+        requests,
+        kv,
+        plan,
+    )
+    use_fast = scenario.engine.fast_forward if fast_forward is None else fast_forward
+    core = EngineCore(
+        scheduler,
+        cost_model,
+        strategy,
+        plan,
+        StepRecorder(),
+        use_fast,
+        check_invariants=check_invariants,
+    )
+    arrivals = ArrivalSchedule(
+        len(requests), workload.arrival_at_s, workload.concurrency, workload.think_time_s
+    )
+    return Simulation(scenario, engine, model, workload, strategy, memory, plan, core, arrivals)
+
+
+def _check_lengths(
+    workload: Workload, model: Model, memory: MemoryPlan, engine: ResolvedEngine
+) -> None:
+    total = workload.prompt_tokens + workload.output_tokens
+    too_long = total > model.spec.max_context_tokens
+    if too_long.any():
+        first = int(np.flatnonzero(too_long)[0])
+        raise ScenarioError(
+            f"workload: {int(too_long.sum())} requests exceed {model.name}'s context of "
+            f"{model.spec.max_context_tokens} tokens (request {first}: {int(total[first])}); "
+            "set workload.max_prompt_tokens / max_output_tokens"
+        )
+    if (
+        not engine.chunked_prefill
+        and int(workload.prompt_tokens.max()) > engine.max_num_batched_tokens
+    ):
+        raise ScenarioError(
+            f"engine.max_num_batched_tokens: {engine.max_num_batched_tokens} is below the longest "
+            f"prompt ({int(workload.prompt_tokens.max())}) and chunked_prefill is off"
+        )
+    need = int(blocks_for(int(total.max()), engine.block_size))
+    if need > memory.num_blocks:
+        raise ScenarioError(
+            f"workload: the longest request needs {need} KV blocks but the pool holds "
+            f"{memory.num_blocks}: it could never finish"
+        )
+
+
+def execute(
+    simulation: Simulation, progress: Callable[[int], None] | None = None
+) -> ScenarioResult:
+    """Run a built simulation to completion and summarise it."""
+    started = time.perf_counter()
+    env = simpy.Environment()
+    node = ServingNode(env, simulation.core, simulation.arrivals, progress)
+    env.run(until=node.process)
+    wall = time.perf_counter() - started
+    core = simulation.core
+    requests = {name: getattr(core.requests, name) for name in REQUEST_COLUMNS}
+    steps = core.recorder.columns()
+    irregular, irregular_at = core.recorder.irregular_itl()
+    scenario = simulation.scenario
+    summary = {
+        "scenario": scenario.name,
+        "method": scenario.speculation.method,
+        "seed": scenario.seed,
+        **summarize(
+            requests,
+            steps,
+            irregular,
+            irregular_at,
+            scenario.measurement.warmup_requests,
+            simulation.memory.num_blocks,
+            scenario.speculation.method != "none",
+        ),
+        "wall_time_s": wall,
+        "specsim_version": __version__,
+    }
+    return ScenarioResult(
+        summary, requests, steps, resolved_document(scenario, simulation.engine), simulation.memory
+    )
+
+
+def run_scenario(
+    scenario: Scenario, base_dir: Path, progress: Callable[[int], None] | None = None, **build: Any
+) -> ScenarioResult:
+    """Build and run ``scenario``; see :func:`build_simulation` for the errors."""
+    return execute(build_simulation(scenario, base_dir, **build), progress)
