@@ -22,7 +22,13 @@ _JSON_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("specforge_jsonl", ('"acc_length"',)),
     (
         "sglang_bench_jsonl",
-        ('"total_output_tokens_retokenized"', '"sharegpt_output_len"', '"random_input_len"'),
+        (
+            '"total_output_tokens_retokenized"',
+            '"sharegpt_output_len"',
+            '"random_input_len"',
+            '"mean_e2e_latency_ms"',
+            '"accept_length"',
+        ),
     ),
     ("vllm_bench_json", ('"model_id"', '"request_throughput"', '"completed"')),
     ("vllm_nightly_aggregate", ('"Test name"',)),
