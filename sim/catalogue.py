@@ -87,6 +87,8 @@ class ModelSpec(BaseModel):
     num_experts: int = Field(default=1, gt=0)
     experts_per_token: int = Field(default=1, gt=0)
     max_context_tokens: int = Field(default=131072, gt=0)
+    #: Multi-token-prediction modules shipped with the checkpoint (DeepSeek-V3 style); 0 = none.
+    num_mtp_modules: int = Field(default=0, ge=0)
     name: str = "inline"
     source: str = "given inline in the scenario"
 

@@ -179,6 +179,7 @@ def build_simulation(
             engine.max_num_batched_tokens,
             engine.chunked_prefill,
             engine.kv_rollback,
+            strategy.extra_tokens_per_decode,
         ),
         requests,
         kv,

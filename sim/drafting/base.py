@@ -24,6 +24,8 @@ class Strategy(ABC):
     """A drafting strategy as the engine sees it."""
 
     name: str = "abstract"
+    #: Tokens a verify step computes per sequence besides its input token and its drafts.
+    extra_tokens_per_decode: int = 0
 
     def __init__(self, proposal: Proposal | None, acceptance: AcceptanceModel | None) -> None:
         self.proposal = proposal

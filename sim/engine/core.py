@@ -241,7 +241,7 @@ class EngineCore:
         before = np.cumsum(raw, axis=1) - raw
         emitted = np.minimum(raw, np.maximum(remaining - before, 0))
         computed = r.num_computed_tokens[ids][:, None] + before
-        take = 1 + proposed
+        take = 1 + s.config.extra_tokens_per_decode + proposed
         finishing = before + raw >= remaining
         # Each step must fit the token budget and the block pool.
         tokens = take.sum(axis=0)
@@ -249,7 +249,7 @@ class EngineCore:
             blocks = blocks_for(computed + take, kv.block_size).sum(axis=0)
         else:
             blocks = (
-                blocks_for(computed + 1, kv.block_size) + blocks_for(proposed, kv.block_size)
+                blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)
             ).sum(axis=0)
         capacity = kv.num_free + int(kv.held[ids].sum())
         ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)

@@ -34,6 +34,9 @@ class SchedulerConfig:
     max_num_batched_tokens: int
     chunked_prefill: bool
     rollback_policy: str = "in_place"
+    #: Tokens a decode step computes besides the input token and the drafts (lookahead decoding's
+    #: Jacobi window and n-gram guesses): they take budget and KV slots but are never committed.
+    extra_tokens_per_decode: int = 0
 
     def __post_init__(self) -> None:
         if self.rollback_policy not in ROLLBACK_POLICIES:
@@ -127,12 +130,14 @@ class Scheduler:
             proposed = np.where(is_dec, proposed, 0)
             accepted = np.where(is_dec, accepted, 0)
             want = np.where(
-                is_dec, 1 + proposed, r.known_tokens(running) - r.num_computed_tokens[running]
+                is_dec,
+                1 + cfg.extra_tokens_per_decode + proposed,
+                r.known_tokens(running) - r.num_computed_tokens[running],
             )
             cum = np.cumsum(want)
             take = np.clip(budget - (cum - want), 0, want)
             # A decode short of budget verifies fewer drafts (vLLM V1 trims spec tokens).
-            proposed = np.where(is_dec, np.maximum(take - 1, 0), 0)
+            proposed = np.where(is_dec, np.maximum(take - 1 - cfg.extra_tokens_per_decode, 0), 0)
             accepted = np.minimum(accepted, proposed)
             keep = take > 0
             ids, take, is_dec = running[keep], take[keep], is_dec[keep]
@@ -189,7 +194,7 @@ class Scheduler:
         if self.config.rollback_policy == "in_place":
             return computed + take, np.zeros(len(ids), dtype=np.int64)
         own = computed + np.where(is_dec, 1, take)
-        scratch = np.where(is_dec, blocks_for(proposed, self.kv.block_size), 0)
+        scratch = np.where(is_dec, blocks_for(take - 1, self.kv.block_size), 0)
         return own, scratch
 
     def _allocate_with_preemption(
