@@ -1,33 +1,42 @@
-"""Fit the linear-layer efficiencies of the step cost model to measured H100 operator timings.
+"""Fit the linear-layer term of the step cost model to measured H100 operator timings.
 
-The cost model prices a forward's linear layers as ``max(w_bytes/(TP·η_bw·BW), 2·P·N/(TP·η_fl·F))``
-(:meth:`sim.cost_model.StepCostModel.linear_s`). Here ``η_bw`` and ``η_fl`` are fitted to the
-per-operator latencies LLMServingSim measured for Llama-3.1-8B on one H100 SXM (summed over one
-forward: 32 layers of projections plus the lm_head), then checked, without refitting, against the
-same profiler's Llama-3.1-8B at TP2 and Llama-3.1-70B at TP4 and against Vidur's H100 profiles of
-Llama-2-7B and Llama-2-70B. Run ``python -m calibration.operator_fit [--shared PATH] [--write]``.
+The cost model prices a forward's linear layers as the p-norm
+``(t_bw^p + t_fl^p)^(1/p) + G·t_0`` of the memory bound ``t_bw = w_bytes/(TP·η_bw·BW)`` and the
+compute bound ``t_fl = 2·P·N/(TP·η_fl·F)``, plus a fixed ``t_0`` for each of the ``G = 4·L + 1``
+GEMM kernels (:meth:`sim.cost_model.StepCostModel.linear_s`). All four of ``η_bw, η_fl, p, t_0``
+are fitted jointly, through ``linear_s`` itself, to the per-operator latencies LLMServingSim
+measured for Llama-3.1-8B on one H100 SXM (summed over one forward: 32 layers of projections plus
+the lm_head), then checked, without refitting, against the same profiler's Llama-3.1-8B at TP2 and
+Llama-3.1-70B at TP4 and against Vidur's H100 profiles of Llama-2-7B and Llama-2-70B. Run
+``python -m calibration.operator_fit [--shared PATH] [--write]``.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import pandas as pd
-import yaml
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
+from calibration.hardware_efficiency import (
+    FIELDS,
+    FIT_GPU,
+    default_shared,
+    efficiency_yaml,
+    rounded,
+    shipped_path,
+)
 from sim.catalogue import GPU, Model, get_gpu, get_model
-from sim.cost_model import Efficiency, StepCostModel
+from sim.cost_model import Efficiency, StepCostModel, gemms_per_forward
 from sim.errors import CalibrationError
 
 FloatArray = NDArray[np.float64]
 
-FIT_GPU = "h100-sxm"
 LLMSERVINGSIM_DIR = Path("data/gpu-profiles/llmservingsim/profiler/v0/perf_models/H100/meta-llama")
 VIDUR_DIR = Path("data/gpu-profiles/vidur/profiling/compute/h100/meta-llama")
 #: Token ranges of the agreement table: decode, speculative verify, near the ridge, prefill.
@@ -36,8 +45,9 @@ TOKEN_RANGES = ((1, 16), (17, 128), (129, 512), (513, 2048))
 LOSS: Literal["soft_l1"] = "soft_l1"
 LOSS_SCALE = 0.05
 BOOTSTRAP_SEED, NUM_BOOTSTRAP = 20250, 200
-#: Decimals the shipped efficiencies are rounded to.
-ROUND_DECIMALS = 3
+#: Optimiser start and bounds of (η_bw, η_fl, p, t_0 in µs; µs keeps the four on one scale).
+X0 = (0.8, 0.8, 2.0, 2.0)
+LOWER, UPPER = (0.05, 0.05, 1.0, 0.0), (1.0, 1.0, 50.0, 20.0)
 UNFUSED_OPS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 VIDUR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 
@@ -73,11 +83,13 @@ class RangeError:
 
 @dataclass(frozen=True)
 class OperatorFit:
-    """The fitted efficiencies, their bootstrap 95 % intervals and the fit's own residuals."""
+    """The fitted efficiency, a bootstrap 95 % interval per field, and the profile fitted.
+
+    ``ci95`` is keyed by the :class:`Efficiency` field names.
+    """
 
     efficiency: Efficiency
-    bandwidth_ci95: tuple[float, float]
-    flops_ci95: tuple[float, float]
+    ci95: dict[str, tuple[float, float]]
     profile: ForwardProfile
 
 
@@ -108,25 +120,14 @@ def load_llmservingsim(shared: Path, model_dir: str, tp: int, fused: bool = True
     spec = model.spec
     if fused:
         qkv_scale = (spec.num_heads + 2 * spec.num_kv_heads) / spec.num_heads
-        per_layer = (
-            qkv_scale * wide["q_proj"]
-            + wide["o_proj"]
-            + wide["gate_proj"]
-            + wide["up_proj"]
-            + wide["down_proj"]
-        )
+        rest = wide[["o_proj", "gate_proj", "up_proj", "down_proj"]].sum(axis=1)
+        per_layer = qkv_scale * wide["q_proj"] + rest
     else:
         per_layer = wide[list(UNFUSED_OPS)].sum(axis=1)
     total = spec.num_layers * per_layer + wide["lm_head"]
     label = f"LLMServingSim {model_dir} TP{tp}" + ("" if fused else " (unfused)")
-    return ForwardProfile(
-        label,
-        model,
-        tp,
-        wide.index.to_numpy(np.float64),
-        total.to_numpy(np.float64),
-        includes_lm_head=True,
-    )
+    n, measured_s = wide.index.to_numpy(np.float64), total.to_numpy(np.float64)
+    return ForwardProfile(label, model, tp, n, measured_s, includes_lm_head=True)
 
 
 def load_vidur(
@@ -144,35 +145,43 @@ def load_vidur(
     rows = rows.sort_values("num_tokens")
     model = get_model(model_name)
     per_layer_ms = rows[[f"time_stats.{op}.median" for op in VIDUR_OPS]].sum(axis=1)
-    return ForwardProfile(
-        f"Vidur {model_dir} TP{tp}",
-        model,
-        tp,
-        rows["num_tokens"].to_numpy(np.float64),
-        model.spec.num_layers * per_layer_ms.to_numpy(np.float64) * 1e-3,
-        includes_lm_head=False,
-    )
+    n = rows["num_tokens"].to_numpy(np.float64)
+    measured_s = model.spec.num_layers * per_layer_ms.to_numpy(np.float64) * 1e-3
+    return ForwardProfile(f"Vidur {model_dir} TP{tp}", model, tp, n, measured_s, False)
 
 
 def predict_s(profile: ForwardProfile, efficiency: Efficiency, gpu: GPU) -> FloatArray:
     """The cost model's linear-layer time for each of the profile's token counts.
 
-    With the lm_head profiled over every token this is ``linear_s(N, N)`` itself. For a body-only
-    profile it is the same roofline over the body's parameters ``L·(attention + 3·H·I)``: every
-    dense GEMM has the same arithmetic intensity (N FLOP per weight byte), so the max of sums
-    equals the sum of per-operator maxima and the body can be priced on its own.
+    With the lm_head profiled over every token this is ``linear_s(N, N)`` itself. A body-only
+    profile is priced from the same call: both bounds are proportional to the parameters ``P``
+    (``t_bw ∝ P``, ``t_fl ∝ P·N`` for a dense layer), so their p-norm is homogeneous of degree one
+    in ``P`` and the body's roofline is ``linear_s``'s roofline times the body's share
+    ``L·(attention + 3·H·I) / dense_linear_params``; the floor keeps the body's ``4·L`` GEMMs.
     """
     n = profile.num_tokens
+    model = StepCostModel(profile.model, gpu, profile.tp, efficiency, step_overhead_s=0.0)
+    whole = model.linear_s(n, n)
     if profile.includes_lm_head:
-        model = StepCostModel(profile.model, gpu, profile.tp, efficiency, step_overhead_s=0.0)
-        return model.linear_s(n, n)
+        return whole
     m = profile.model
+    num_gemms = gemms_per_forward(m)
+    floor_s = efficiency.gemm_floor_s
     body_params = m.spec.num_layers * (m.attention_params_per_layer + m.expert_params_per_layer)
-    bytes_s = (
-        2.0 * body_params / (profile.tp * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s)
-    )
-    flops_s = 2.0 * body_params * n / (profile.tp * efficiency.flops * gpu.bf16_dense_flops)
-    return np.maximum(bytes_s, flops_s)
+    return (whole - num_gemms * floor_s) * body_params / m.dense_linear_params + (
+        num_gemms - 1
+    ) * floor_s
+
+
+def efficiency_of(x: FloatArray, sharp: bool = False) -> Efficiency:
+    """The :class:`Efficiency` an optimiser vector ``(η_bw, η_fl[, p, t_0 in µs])`` stands for.
+
+    With ``sharp`` only the two fractions are free: the sharp maximum and no per-GEMM floor.
+    Raise ValueError if a value is outside the Efficiency's domain.
+    """
+    if sharp:
+        return Efficiency(float(x[0]), float(x[1]))
+    return Efficiency(float(x[0]), float(x[1]), float(x[2]), float(x[3]) * 1e-6)
 
 
 def _octave_weights(num_tokens: FloatArray) -> FloatArray:
@@ -184,24 +193,25 @@ def _octave_weights(num_tokens: FloatArray) -> FloatArray:
 
 
 def _solve(
-    profile: ForwardProfile, gpu: GPU, index: NDArray[np.intp], x0: FloatArray, weighted: bool
+    profile: ForwardProfile,
+    gpu: GPU,
+    index: NDArray[np.intp],
+    x0: FloatArray,
+    weighted: bool,
+    sharp: bool,
 ) -> FloatArray:
-    sub = ForwardProfile(
-        profile.label,
-        profile.model,
-        profile.tp,
-        profile.num_tokens[index],
-        profile.measured_s[index],
-        profile.includes_lm_head,
+    sub = replace(
+        profile, num_tokens=profile.num_tokens[index], measured_s=profile.measured_s[index]
     )
     scale = _octave_weights(sub.num_tokens) if weighted else np.ones_like(sub.num_tokens)
 
     def residuals(x: FloatArray) -> FloatArray:
-        predicted = predict_s(sub, Efficiency(float(x[0]), float(x[1])), gpu)
+        predicted = predict_s(sub, efficiency_of(x, sharp), gpu)
         return scale * (predicted / sub.measured_s - 1.0)
 
+    free = 2 if sharp else 4
     result = least_squares(
-        residuals, x0, bounds=([0.05, 0.05], [1.0, 1.0]), loss=LOSS, f_scale=LOSS_SCALE
+        residuals, x0[:free], bounds=(LOWER[:free], UPPER[:free]), loss=LOSS, f_scale=LOSS_SCALE
     )
     if not result.success:
         raise CalibrationError(f"{profile.label}: efficiency fit failed ({result.message})")
@@ -214,27 +224,27 @@ def fit_efficiency(
     rng: np.random.Generator,
     num_bootstrap: int = NUM_BOOTSTRAP,
     weighted: bool = True,
+    sharp: bool = False,
 ) -> OperatorFit:
-    """Fit ``η_bw`` and ``η_fl`` to ``profile`` on relative error, with bootstrap 95 % intervals.
+    """Fit ``η_bw, η_fl, p, t_0`` jointly to ``profile`` on relative error, with bootstrap 95 % CIs.
 
-    The bootstrap resamples the profiled token counts with replacement and refits; its percentile
-    interval measures how much the fit depends on which points were measured, not how far the
-    roofline's shape is from the data (the agreement table shows that).
+    With ``sharp`` only ``η_bw, η_fl`` are fitted under the sharp maximum and no floor (the shape
+    the model had before the rounded roofline; kept for comparison). The bootstrap resamples the
+    profiled token counts with replacement and refits; its percentile interval measures how much
+    the fit depends on which points were measured, not how far the model's shape is from the data
+    (the agreement tables show that).
     Raise CalibrationError if the optimiser does not converge.
     """
     every = np.arange(profile.num_tokens.size)
-    best = _solve(profile, gpu, every, np.array([0.8, 0.7]), weighted)
-    draws = np.array(
-        [
-            _solve(profile, gpu, rng.integers(0, every.size, every.size), best, weighted)
-            for _ in range(num_bootstrap)
-        ]
-    ).reshape(-1, 2)
+    best = _solve(profile, gpu, every, np.array(X0), weighted, sharp)
+    resamples = (rng.integers(0, every.size, every.size) for _ in range(num_bootstrap))
+    runs = [_solve(profile, gpu, index, best, weighted, sharp) for index in resamples]
+    draws = np.array(runs).reshape(-1, best.size)
     lo, hi = np.percentile(draws, [2.5, 97.5], axis=0) if num_bootstrap else (best, best)
+    low, high = efficiency_of(lo, sharp), efficiency_of(hi, sharp)
     return OperatorFit(
-        efficiency=Efficiency(float(best[0]), float(best[1])),
-        bandwidth_ci95=(float(lo[0]), float(hi[0])),
-        flops_ci95=(float(lo[1]), float(hi[1])),
+        efficiency=efficiency_of(best, sharp),
+        ci95={f: (float(getattr(low, f)), float(getattr(high, f))) for f in FIELDS},
         profile=profile,
     )
 
@@ -244,21 +254,11 @@ def range_errors(profile: ForwardProfile, efficiency: Efficiency, gpu: GPU) -> l
     error = predict_s(profile, efficiency, gpu) / profile.measured_s - 1.0
     rows = []
     for first, last in TOKEN_RANGES:
-        mask = (profile.num_tokens >= first) & (profile.num_tokens <= last)
-        if not mask.any():
-            continue
-        part = error[mask]
-        rows.append(
-            RangeError(
-                profile.label,
-                first,
-                last,
-                int(mask.sum()),
-                float(part.mean()),
-                float(np.abs(part).mean()),
-                float(np.abs(part).max()),
-            )
-        )
+        part = error[(profile.num_tokens >= first) & (profile.num_tokens <= last)]
+        if part.size:
+            mean, abs_part = float(part.mean()), np.abs(part)
+            row = (int(part.size), mean, float(abs_part.mean()), float(abs_part.max()))
+            rows.append(RangeError(profile.label, first, last, *row))
     return rows
 
 
@@ -284,58 +284,6 @@ def run_fit(shared: Path, num_bootstrap: int = NUM_BOOTSTRAP) -> OperatorFit:
     return fit_efficiency(fit_profile(shared), get_gpu(FIT_GPU), rng, num_bootstrap)
 
 
-def smooth_roofline_errors(
-    fit: ForwardProfile, others: list[ForwardProfile], gpu: GPU
-) -> list[tuple[str, list[float], FloatArray]]:
-    """Mean absolute error per token range of a candidate cost-model shape (not shipped).
-
-    Per GEMM group ``(t_bw^p + t_fl^p)^(1/p)`` replaces ``max`` (a rounded ridge, as measured
-    GEMMs show), plus a fixed ``t_0`` per body GEMM (4 per layer: QKV, O, gate-up, down) for the
-    launch and tail time that does not shrink with TP. ``η_bw, η_fl, p, t_0`` are fitted to the
-    same profile and weights as the shipped fit. Raise CalibrationError if the fit fails.
-    """
-
-    def predict(p: ForwardProfile, x: FloatArray) -> FloatArray:
-        m, n = p.model, p.num_tokens
-        groups = [m.spec.num_layers * (m.attention_params_per_layer + m.expert_params_per_layer)]
-        groups += [m.spec.vocab_size * m.spec.hidden_size] if p.includes_lm_head else []
-        total = 4 * m.spec.num_layers * x[3] * 1e-6 + np.zeros_like(n)
-        for params in groups:
-            t_bw = 2.0 * params / (p.tp * x[0] * gpu.hbm_bandwidth_bytes_per_s)
-            t_fl = 2.0 * params * n / (p.tp * x[1] * gpu.bf16_dense_flops)
-            total = total + (t_bw ** x[2] + t_fl ** x[2]) ** (1.0 / x[2])
-        return total
-
-    scale = _octave_weights(fit.num_tokens)
-
-    def residuals(x: FloatArray) -> FloatArray:
-        return scale * (predict(fit, x) / fit.measured_s - 1.0)
-
-    result = least_squares(
-        residuals,
-        [0.8, 0.8, 4.0, 2.0],
-        bounds=([0.05, 0.05, 1.0, 0.0], [1, 1, 50, 20]),
-        loss=LOSS,
-        f_scale=LOSS_SCALE,
-    )
-    if not result.success:
-        raise CalibrationError(f"{fit.label}: smooth-roofline fit failed ({result.message})")
-    rows = []
-    for p in (fit, *others):
-        err = np.abs(predict(p, result.x) / p.measured_s - 1.0)
-        rows.append(
-            (
-                p.label,
-                [
-                    float(err[(p.num_tokens >= a) & (p.num_tokens <= b)].mean())
-                    for a, b in TOKEN_RANGES
-                ],
-                result.x,
-            )
-        )
-    return rows
-
-
 def format_table(rows: list[RangeError]) -> str:
     """A Markdown table of range errors (mean signed, mean and worst absolute, in percent)."""
     lines = [
@@ -350,160 +298,81 @@ def format_table(rows: list[RangeError]) -> str:
     return "\n".join(lines)
 
 
+def format_range_means(rows: list[RangeError]) -> str:
+    """A compact Markdown table of mean absolute error, a row per profile, a column per range."""
+    lines = [
+        "| profile | " + " | ".join(f"{a}-{b}" for a, b in TOKEN_RANGES) + " |",
+        "|---|" + "---|" * len(TOKEN_RANGES),
+    ]
+    by_label: dict[str, dict[int, float]] = {}
+    for r in rows:
+        by_label.setdefault(r.label, {})[r.first_tokens] = r.mean_abs
+    for label, errs in by_label.items():
+        cells = [f"{100 * errs[a]:.1f} %" if a in errs else "-" for a, _ in TOKEN_RANGES]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def show(field: str, value: float) -> str:
+    """One field's value as the report prints it (the floor in µs)."""
+    return f"{value * 1e6:.2f} us" if field == "gemm_floor_s" else f"{value:.4f}"
+
+
+def describe(eff: Efficiency) -> str:
+    """The four fields on one line."""
+    return ", ".join(f"{f} {show(f, getattr(eff, f))}" for f in FIELDS)
+
+
+def fit_method() -> str:
+    """How the shipped H100 SXM values are made, as the YAML states it."""
+    return (
+        f"joint least squares of bandwidth, flops, roofline_p and gemm_floor_s on the relative "
+        f"error of StepCostModel.linear_s(N, N), {LOSS} loss (scale {LOSS_SCALE}), 1/N weights, "
+        f"N = 1..2048; {NUM_BOOTSTRAP}-resample bootstrap over N (seed {BOOTSTRAP_SEED}); rounded"
+    )
+
+
 def report(shared: Path) -> tuple[OperatorFit, str]:
-    """Fit, check and sensitivity runs, rendered as the Markdown the documentation quotes."""
+    """Fit, check and sensitivity runs, rendered as the Markdown the documentation quotes.
+
+    Raise CalibrationError if a profile cannot be read or a fit fails.
+    """
     gpu = get_gpu(FIT_GPU)
     fit = run_fit(shared)
-    eff = fit.efficiency
-    rounded = Efficiency(round(eff.bandwidth, ROUND_DECIMALS), round(eff.flops, ROUND_DECIMALS))
+    shipped = rounded(fit.efficiency)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    unfused = fit_efficiency(
-        load_llmservingsim(shared, "Llama-3.1-8B", 1, fused=False), gpu, rng, 0
-    )
+    unfused = fit_efficiency(load_llmservingsim(shared, "Llama-3.1-8B", 1, False), gpu, rng, 0)
     uniform = fit_efficiency(fit.profile, gpu, rng, 0, weighted=False)
+    sharp = fit_efficiency(fit.profile, gpu, rng, 0, sharp=True).efficiency
+    profiles = [fit.profile, *check_profiles(shared)]
     out = [
         f"Fit ({fit.profile.label}, {FIT_GPU}, {fit.profile.num_tokens.size} points, "
         f"{LOSS} loss scale {LOSS_SCALE}, 1/N weights, {NUM_BOOTSTRAP} bootstrap resamples, "
         f"seed {BOOTSTRAP_SEED}):",
         "",
-        f"- bandwidth efficiency {eff.bandwidth:.4f} (95 % CI {fit.bandwidth_ci95[0]:.4f}-"
-        f"{fit.bandwidth_ci95[1]:.4f})",
-        f"- flops efficiency {eff.flops:.4f} (95 % CI {fit.flops_ci95[0]:.4f}-"
-        f"{fit.flops_ci95[1]:.4f})",
-        f"- sensitivity: unfused q/k/v and gate/up summed as measured: bandwidth "
-        f"{unfused.efficiency.bandwidth:.4f}, flops {unfused.efficiency.flops:.4f}; "
-        f"unweighted points: bandwidth {uniform.efficiency.bandwidth:.4f}, "
-        f"flops {uniform.efficiency.flops:.4f}",
+    ]
+    out += [
+        f"- {f} {show(f, getattr(fit.efficiency, f))} (95 % CI {show(f, lo)} to {show(f, hi)})"
+        for f, (lo, hi) in fit.ci95.items()
+    ]
+    out += [
+        f"- sensitivity: unfused q/k/v and gate/up summed as measured: "
+        f"{describe(unfused.efficiency)}; unweighted points: {describe(uniform.efficiency)}",
         "",
-        f"In-sample agreement (shipped values, bandwidth {rounded.bandwidth}, "
-        f"flops {rounded.flops}):",
+        f"In-sample agreement (shipped values: {describe(shipped)}):",
         "",
-        format_table(range_errors(fit.profile, rounded, gpu)),
+        format_table(range_errors(fit.profile, shipped, gpu)),
         "",
         "Out-of-sample agreement (not fitted):",
         "",
-        format_table([r for p in check_profiles(shared) for r in range_errors(p, rounded, gpu)]),
-    ]
-    smooth = smooth_roofline_errors(fit.profile, check_profiles(shared), gpu)
-    x = smooth[0][2]
-    out += [
+        format_table([r for p in profiles[1:] for r in range_errors(p, shipped, gpu)]),
         "",
-        f"Candidate shape (not shipped): p-norm roofline p = {x[2]:.2f}, t_0 = {x[3]:.2f} us "
-        f"per GEMM, bandwidth {x[0]:.3f}, flops {x[1]:.3f}; mean abs error per range:",
+        f"For comparison, the sharp maximum without floor (p = inf, t_0 = 0) fitted the same way: "
+        f"bandwidth {sharp.bandwidth:.4f}, flops {sharp.flops:.4f}; mean abs error per range:",
         "",
-        "| profile | " + " | ".join(f"{a}-{b}" for a, b in TOKEN_RANGES) + " |",
-        "|---|" + "---|" * len(TOKEN_RANGES),
-    ]
-    out += [
-        f"| {label} | " + " | ".join(f"{100 * e:.1f} %" for e in errs) + " |"
-        for label, errs, _ in smooth
+        format_range_means([r for p in profiles for r in range_errors(p, sharp, gpu)]),
     ]
     return fit, "\n".join(out)
-
-
-#: Measured fractions of peak used to carry the H100 fit to other GPUs (hardware reference):
-#: best-shape bf16 matmul (MAMF, ml-engineering table) over dense peak, and gpt-fast's A100 decode.
-MAMF_FRACTION = {"h100-sxm": 794.5 / 989.0, "a100-80gb": 271.2 / 312.0, "b200": 1745.0 / 2250.0}
-A100_BW_FRACTION, A100_PEAK_BW_FRACTION = 1397.31 / 2039.0, 1700.0 / 2039.0
-FIT_SOURCE = (
-    "Fitted by calibration/operator_fit.py to LLMServingSim H100 per-operator latencies, "
-    "Llama-3.1-8B TP1 (casys-kaist/LLMServingSim 5daddb2, MIT)"
-)
-MAMF_SOURCE = "stas00/ml-engineering 'Maximum Achievable Matmul FLOPS' (MAMF) table"
-CARRIED = "the interval is the H100 SXM fit's and omits the transfer error"
-
-
-def efficiency_entries(fit: OperatorFit) -> dict[str, dict[str, Any]]:
-    """The shipped table: the H100 SXM fit, and what each other catalogue GPU carries over.
-
-    The flops fraction moves between GPUs by the ratio of their best-shape matmul fractions
-    (MAMF/peak): the fit's shortfall below the H100's MAMF comes from the model's GEMM shapes and
-    is kept. A100 bandwidth is gpt-fast's Llama-2-7B batch-1 decode, 1397 GB/s of 2039.
-    """
-    nd = ROUND_DECIMALS
-
-    def entry(
-        bw: float, bw_ci: tuple[float, float], flops_ratio: float, method: str, source: list[str]
-    ) -> dict[str, Any]:
-        fl_ci = [round(v * flops_ratio, nd) for v in fit.flops_ci95]
-        return {
-            "bandwidth": round(bw, nd),
-            "flops": round(fit.efficiency.flops * flops_ratio, nd),
-            "ci95": {"bandwidth": [round(v, nd) for v in bw_ci], "flops": fl_ci},
-            "method": method,
-            "source": source,
-        }
-
-    bw, bw_ci = fit.efficiency.bandwidth, fit.bandwidth_ci95
-
-    def mamf(gpu: str, text: str) -> tuple[float, str]:
-        return MAMF_FRACTION[gpu] / MAMF_FRACTION[FIT_GPU], (
-            f"flops = h100-sxm fit x (MAMF/peak {text}) / (MAMF/peak 794.5/989 of h100-sxm)"
-        )
-
-    a100_ratio, a100_text = mamf("a100-80gb", "271.2/312")
-    b200_ratio, b200_text = mamf("b200", "1745/2250")
-    return {
-        "h100-sxm": entry(
-            bw,
-            bw_ci,
-            1.0,
-            (
-                f"least squares on the relative error of linear_s(N, N), {LOSS} loss (scale "
-                f"{LOSS_SCALE}), 1/N weights, N = 1..2048; {NUM_BOOTSTRAP}-resample bootstrap "
-                f"over N "
-                f"(seed {BOOTSTRAP_SEED}); rounded to {nd} decimals"
-            ),
-            [FIT_SOURCE],
-        ),
-        "h100-pcie": entry(
-            bw,
-            bw_ci,
-            1.0,
-            f"carried over from h100-sxm (same GH100 die); {CARRIED}",
-            [FIT_SOURCE, "no H100 PCIe operator profile available"],
-        ),
-        "h200": entry(
-            bw,
-            bw_ci,
-            1.0,
-            f"carried over from h100-sxm (same GH100 compute); {CARRIED}",
-            [FIT_SOURCE, f"{MAMF_SOURCE}: H200 bf16 listed as the same as H100 SXM"],
-        ),
-        "a100-80gb": entry(
-            A100_BW_FRACTION,
-            (A100_BW_FRACTION, A100_PEAK_BW_FRACTION),
-            a100_ratio,
-            "bandwidth = gpt-fast Llama-2-7B bf16 batch-1 decode 1397.31 GB/s / 2039 "
-            "(a whole step, so a lower bound for the linear layers); its interval "
-            "brackets it by the 1700 GB/s empirical peak, not a statistical "
-            f"interval; {a100_text}",
-            [FIT_SOURCE, "pytorch-labs/gpt-fast README Benchmarks (A100-80GB, 330 W)", MAMF_SOURCE],
-        ),
-        "b200": entry(
-            bw,
-            bw_ci,
-            b200_ratio,
-            f"bandwidth carried over from h100-sxm (no B200 measurement); {b200_text}; {CARRIED}",
-            [FIT_SOURCE, MAMF_SOURCE],
-        ),
-    }
-
-
-def efficiency_yaml(fit: OperatorFit) -> str:
-    """The text of ``sim/data/hardware_efficiency.yaml`` for ``fit``."""
-    header = (
-        "# Achieved fractions of peak HBM bandwidth and dense bf16 tensor throughput per GPU\n"
-        "# (sim.cost_model.Efficiency). Generated by `python -m calibration.operator_fit "
-        "--write`;\n# see docs/cost-model.md.\n"
-    )
-    body = yaml.safe_dump(efficiency_entries(fit), sort_keys=False, width=100, allow_unicode=True)
-    return header + body
-
-
-def default_shared() -> Path:
-    """The shared data folder beside the checkout (``../shared`` from the repository root)."""
-    return Path(__file__).resolve().parents[1] / ".." / "shared"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -511,27 +380,17 @@ def main(argv: list[str] | None = None) -> int:
 
     Raise CalibrationError if the profiles cannot be read.
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m calibration.operator_fit",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-    )
+    parser = argparse.ArgumentParser(prog="python -m calibration.operator_fit")
     parser.add_argument(
-        "--shared",
-        type=Path,
-        default=default_shared(),
-        help="folder holding data/gpu-profiles (default: ../shared)",
+        "--shared", type=Path, default=default_shared(), help="../shared by default"
     )
-    parser.add_argument(
-        "--write",
-        action="store_true",
-        help="regenerate sim/data/hardware_efficiency.yaml from the fit",
-    )
+    parser.add_argument("--write", action="store_true", help="regenerate the shipped YAML")
     args = parser.parse_args(argv)
     fit, text = report(args.shared)
     print(text)
     if args.write:
-        target = Path(__file__).resolve().parents[1] / "sim" / "data" / "hardware_efficiency.yaml"
-        target.write_text(efficiency_yaml(fit), encoding="utf-8")
+        target = shipped_path()
+        target.write_text(efficiency_yaml(fit.efficiency, fit.ci95, fit_method()), "utf-8")
         print(f"\nwrote {target.name}")
     return 0
 

@@ -12,10 +12,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from calibration import hardware_efficiency as he
 from calibration import operator_fit as of
 from sim.catalogue import get_gpu, get_model, gpu_names
-from sim.cost_model import Efficiency, StepCostModel
-from sim.errors import CalibrationError
+from sim.cost_model import Efficiency, StepCostModel, gemms_per_forward, smooth_max
+from sim.efficiency import EFFICIENCY_FIELDS, load_efficiency
+from sim.errors import CalibrationError, CatalogueError
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO / ".." / "shared"
@@ -33,63 +35,100 @@ def shipped() -> dict[str, dict]:
 def synthetic(eff: Efficiency, model: str = "llama-3.1-8b", tp: int = 1) -> of.ForwardProfile:
     """A profile whose 'measurements' are the cost model itself at ``eff``."""
     n = np.arange(1.0, 2049.0)
-    profile = of.ForwardProfile("synthetic", get_model(model), tp, n, np.ones_like(n), True)
-    return of.ForwardProfile(
-        "synthetic", profile.model, tp, n, of.predict_s(profile, eff, H100), True
-    )
+    m = get_model(model)
+    measured_s = StepCostModel(m, H100, tp, eff, 0.0).linear_s(n, n)
+    return of.ForwardProfile("synthetic", m, tp, n, measured_s, True)
 
 
-# --- the shipped table (no shared data needed) ---------------------------------------------------
-def test_every_catalogue_gpu_has_an_efficiency_in_range() -> None:
-    table = shipped()
-    assert set(gpu_names()) <= set(table)
-    for name in gpu_names():
-        entry = table[name]
-        Efficiency(entry["bandwidth"], entry["flops"])  # raises outside (0, 1]
-        for key in ("bandwidth", "flops"):
-            lo, hi = entry["ci95"][key]
-            assert 0.0 < lo <= entry[key] <= hi <= 1.0, (name, key)
-        assert entry["source"] and isinstance(entry["method"], str)
+# --- the shipped table and its loader (no shared data needed) -----------------------------------
+@pytest.mark.parametrize("name", gpu_names())
+def test_every_catalogue_gpu_loads_an_efficiency_in_range(name: str) -> None:
+    eff, entry = load_efficiency(name), shipped()[name]
+    assert [getattr(eff, f) for f in EFFICIENCY_FIELDS] == [entry[f] for f in EFFICIENCY_FIELDS]
+    assert 0.0 < eff.bandwidth <= 1.0 and 0.0 < eff.flops <= 1.0
+    # A rounded corner, not the sharp max nor the plain sum (p = 1); a floor of microseconds.
+    assert 1.0 < eff.roofline_p < 10.0 and 0.0 <= eff.gemm_floor_s < 20e-6
+    for key in EFFICIENCY_FIELDS:
+        lo, hi = entry["ci95"][key]
+        assert lo <= entry[key] <= hi, (name, key)
+    assert entry["source"] and isinstance(entry["method"], str)
+
+
+def test_unknown_gpu_is_a_catalogue_error_naming_the_known_ones() -> None:
+    with pytest.raises(CatalogueError, match=r"'tpu-v9'.*h100-sxm"):
+        load_efficiency("tpu-v9")
+
+
+FIT = of.OperatorFit(
+    Efficiency(0.7, 0.6, 2.5, 3e-6),
+    {
+        "bandwidth": (0.65, 0.75),
+        "flops": (0.55, 0.65),
+        "roofline_p": (2, 3),
+        "gemm_floor_s": (0, 6e-6),
+    },
+    of.ForwardProfile("none", get_model("llama-3.1-8b"), 1, np.ones(1), np.ones(1), True),
+)
 
 
 def test_writer_round_trips_and_covers_the_catalogue() -> None:
-    fit = of.OperatorFit(
-        Efficiency(0.7, 0.6), (0.65, 0.75), (0.55, 0.65), synthetic(Efficiency(1, 1))
-    )
-    table = yaml.safe_load(of.efficiency_yaml(fit))
-    assert table == of.efficiency_entries(fit)
+    table = yaml.safe_load(he.efficiency_yaml(FIT.efficiency, FIT.ci95, "test"))
+    assert table == he.efficiency_entries(FIT.efficiency, FIT.ci95, "test")
     assert set(table) == set(gpu_names())
     assert table["h100-sxm"]["bandwidth"] == 0.7 and table["h200"]["flops"] == 0.6
     # A100 flops carry the H100 shortfall below its MAMF: 0.6 · (271.2/312)/(794.5/989).
     assert table["a100-80gb"]["flops"] == pytest.approx(
         0.6 * (271.2 / 312) / (794.5 / 989), abs=5e-4
     )
+    # The roofline's p and the per-GEMM floor carry over from the H100 fit to every GPU.
+    for entry in table.values():
+        assert (entry["roofline_p"], entry["gemm_floor_s"]) == (2.5, 3e-6)
+        assert entry["ci95"]["gemm_floor_s"] == [0.0, 6e-6]
 
 
 # --- the fit's mechanics -----------------------------------------------------------------------
-@settings(max_examples=8, deadline=None)
-@given(st.floats(0.3, 1.0), st.floats(0.3, 1.0))
-def test_fit_recovers_the_efficiencies_that_generated_the_data(bw: float, fl: float) -> None:
-    fit = of.fit_efficiency(synthetic(Efficiency(bw, fl)), H100, np.random.default_rng(0), 3)
-    assert fit.efficiency.bandwidth == pytest.approx(bw, rel=1e-4)
-    assert fit.efficiency.flops == pytest.approx(fl, rel=1e-4)
-    assert fit.bandwidth_ci95[0] <= fit.efficiency.bandwidth + 1e-6
+@settings(max_examples=6, deadline=None)
+@given(st.floats(0.3, 1.0), st.floats(0.3, 1.0), st.floats(1.5, 4.0), st.floats(0.0, 8.0))
+def test_fit_recovers_the_four_fields_that_generated_the_data(
+    bw: float, fl: float, p: float, floor_us: float
+) -> None:
+    truth = Efficiency(bw, fl, p, floor_us * 1e-6)
+    fit = of.fit_efficiency(synthetic(truth), H100, np.random.default_rng(0), 2)
+    assert fit.efficiency.bandwidth == pytest.approx(bw, rel=1e-3)
+    assert fit.efficiency.flops == pytest.approx(fl, rel=1e-3)
+    assert fit.efficiency.roofline_p == pytest.approx(p, rel=1e-3)
+    assert fit.efficiency.gemm_floor_s == pytest.approx(floor_us * 1e-6, abs=1e-9)
+    for key, (lo, hi) in fit.ci95.items():
+        assert lo <= hi, key
+
+
+def test_sharp_fit_keeps_the_sharp_maximum_and_no_floor() -> None:
+    profile = synthetic(Efficiency(0.7, 0.6))
+    fit = of.fit_efficiency(profile, H100, np.random.default_rng(0), 0, sharp=True)
+    assert fit.efficiency.roofline_p == float("inf") and fit.efficiency.gemm_floor_s == 0.0
+    assert fit.efficiency.bandwidth == pytest.approx(0.7, rel=1e-4)
+    assert fit.efficiency.flops == pytest.approx(0.6, rel=1e-4)
 
 
 @pytest.mark.parametrize("model", ["llama-3.1-8b", "llama-2-70b"])
-def test_body_roofline_plus_lm_head_is_linear_s(model: str) -> None:
-    # Equal arithmetic intensity: the max of sums equals the sum of per-group maxima, so a
-    # body-only profile can be priced on its own (norm weights in linear_s: < 1e-4 relative).
-    eff, n = Efficiency(0.7, 0.6), np.array([1.0, 64.0, 300.0, 2048.0])
+@pytest.mark.parametrize("eff", [Efficiency(0.7, 0.6), Efficiency(0.7, 0.6, 2.0, 3e-6)])
+def test_body_plus_lm_head_is_linear_s(model: str, eff: Efficiency) -> None:
+    # Both bounds are proportional to the parameters, so the p-norm is homogeneous of degree one:
+    # body and lm_head priced apart sum to linear_s (norm weights in linear_s: < 1e-4 relative).
+    n = np.array([1.0, 64.0, 300.0, 2048.0])
     m = get_model(model)
     body = of.ForwardProfile("body", m, 2, n, np.ones_like(n), includes_lm_head=False)
     lm_head_params = m.spec.vocab_size * m.spec.hidden_size
-    lm_head = np.maximum(
-        2.0 * lm_head_params / (2 * 0.7 * H100.hbm_bandwidth_bytes_per_s),
+    lm_head = smooth_max(
+        2.0 * lm_head_params / (2 * 0.7 * H100.hbm_bandwidth_bytes_per_s) + 0 * n,
         2.0 * lm_head_params * n / (2 * 0.6 * H100.bf16_dense_flops),
+        eff.roofline_p,
     )
     whole = StepCostModel(m, H100, 2, eff, 0.0).linear_s(n, n)
-    np.testing.assert_allclose(of.predict_s(body, eff, H100) + lm_head, whole, rtol=1e-4)
+    assert gemms_per_forward(m) == 4 * m.spec.num_layers + 1
+    np.testing.assert_allclose(
+        of.predict_s(body, eff, H100) + lm_head + eff.gemm_floor_s, whole, rtol=1e-4
+    )
 
 
 def test_fused_sum_follows_the_stated_formula(tmp_path: Path) -> None:
@@ -129,11 +168,10 @@ def test_missing_profile_names_the_file(tmp_path: Path) -> None:
 def test_fit_reproduces_the_shipped_h100_values() -> None:
     fit = of.run_fit(SHARED)
     entry = shipped()["h100-sxm"]
-    half_step = 0.5 * 10.0**-of.ROUND_DECIMALS + 1e-9
-    assert abs(fit.efficiency.bandwidth - entry["bandwidth"]) <= half_step
-    assert abs(fit.efficiency.flops - entry["flops"]) <= half_step
-    for key, ci in (("bandwidth", fit.bandwidth_ci95), ("flops", fit.flops_ci95)):
-        np.testing.assert_allclose(ci, entry["ci95"][key], atol=half_step)
+    for key in EFFICIENCY_FIELDS:
+        half_step = 0.5 * 10.0 ** -he.ROUND_DECIMALS[key] * (1 + 1e-6)
+        assert abs(getattr(fit.efficiency, key) - entry[key]) <= half_step, key
+        np.testing.assert_allclose(fit.ci95[key], entry["ci95"][key], atol=half_step)
 
 
 ROW = re.compile(
@@ -149,8 +187,7 @@ def test_agreement_tables_in_the_docs_are_current() -> None:
         for m in map(ROW.match, (REPO / "docs" / "cost-model.md").read_text().splitlines())
         if m
     }
-    entry = shipped()["h100-sxm"]
-    eff = Efficiency(entry["bandwidth"], entry["flops"])
+    eff = load_efficiency("h100-sxm")
     rows = [
         r
         for p in (of.fit_profile(SHARED), *of.check_profiles(SHARED))
@@ -164,3 +201,34 @@ def test_agreement_tables_in_the_docs_are_current() -> None:
         assert 100 * np.array([r.mean, r.mean_abs, r.max_abs]) == pytest.approx(
             [mean, mean_abs, max_abs], abs=0.051
         ), r.label
+
+
+RANGE_MEANS_ROW = re.compile(r"^\| (\S.*?) \|" + r" (\d+\.\d) % \|" * len(of.TOKEN_RANGES) + "$")
+
+
+@needs_shared
+def test_sharp_maximum_comparison_in_the_docs_is_current() -> None:
+    claimed = {
+        m[1]: [float(v) for v in m.groups()[1:]]
+        for m in map(
+            RANGE_MEANS_ROW.match, (REPO / "docs" / "cost-model.md").read_text().splitlines()
+        )
+        if m
+    }
+    profiles = [of.fit_profile(SHARED), *of.check_profiles(SHARED)]
+    sharp = of.fit_efficiency(profiles[0], H100, np.random.default_rng(0), 0, sharp=True)
+    assert set(claimed) == {p.label for p in profiles}
+    for p in profiles:
+        errors = [100 * r.mean_abs for r in of.range_errors(p, sharp.efficiency, H100)]
+        assert errors == pytest.approx(claimed[p.label], abs=0.051), p.label
+
+
+def test_shipped_table_in_the_docs_matches_the_yaml() -> None:
+    lines = (REPO / "docs" / "cost-model.md").read_text().splitlines()
+    for name, entry in shipped().items():
+        (row,) = [line for line in lines if line.startswith(f"| {name} | ")]
+        cells = [c.strip() for c in row.split("|")[2:6]]
+        assert cells[0].startswith(f"{entry['bandwidth']:.3f}"), name
+        assert cells[1].startswith(f"{entry['flops']:.3f}"), name
+        assert cells[2].startswith(f"{entry['roofline_p']:.2f}"), name
+        assert cells[3].startswith(f"{entry['gemm_floor_s'] * 1e6:.2f} µs"), name
