@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 import numpy as np
-from scipy.optimize import brentq
 
 from sim.errors import ScenarioError
 
@@ -124,6 +123,8 @@ def alpha_from_tau(tau: float, num_draft: int) -> float:
         return 0.0
     if tau >= num_draft + 1.0:
         return 1.0
+    from scipy.optimize import brentq  # deferred: scipy is slow to import
+
     return float(brentq(lambda alpha: tau_from_alpha(alpha, num_draft) - tau, 0.0, 1.0, xtol=1e-14))
 
 

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
 
 from sim.acceptance.conversions import alpha_from_tau, extend_rates, tau_from_alpha
 from sim.acceptance.plan import (
@@ -216,6 +215,8 @@ class TargetTauModel(AcceptanceModel):
             return 0.0
         if self.target_tau >= depth + 1.0:
             return 1.0
+        from scipy.optimize import brentq  # deferred: scipy is slow to import
+
         return float(brentq(gap, 0.0, 1.0, xtol=1e-12))
 
     def _model(self, proposal: Proposal) -> PositionalAcceptanceModel:

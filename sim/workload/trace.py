@@ -8,12 +8,12 @@ Vidur processes them), or any file :func:`calibration.replay.read_replay_request
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from sim.errors import ScenarioError
 
@@ -45,32 +45,54 @@ def resolve_path(path: Path, base_dir: Path) -> Path:
     return path if path.is_absolute() else base_dir / path
 
 
-def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
-    """The named numeric columns of a CSV file.
+def _read_csv(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
+    """The named numeric columns of a CSV file (read with the standard library: no pandas import).
 
     Raise ScenarioError if the file is missing or unreadable, a column is absent, or a cell is not a
     finite number (naming the file and line).
     """
     try:
-        frame = pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.ParserError) as error:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is None:
+                raise ScenarioError(f"{path}: cannot read CSV: the file is empty")
+            header = [name.strip() for name in header]
+            missing = [name for name in columns if name not in header]
+            if missing:
+                raise ScenarioError(f"{path}: missing column(s) {missing}; the file has {header}")
+            index = [header.index(name) for name in columns]
+            cells: list[list[str]] = [[] for _ in columns]
+            for line_number, row in enumerate(reader, start=2):
+                if not row:
+                    continue
+                for slot, i in enumerate(index):
+                    cells[slot].append(row[i] if i < len(row) else "")
+                    if i >= len(row):
+                        raise ScenarioError(
+                            f"{path}, line {line_number}: missing column {columns[slot]!r}"
+                        )
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise ScenarioError(f"{path}: cannot read CSV: {error}") from error
-    missing = [name for name in columns if name not in frame.columns]
-    if missing:
-        raise ScenarioError(
-            f"{path}: missing column(s) {missing}; the file has {list(frame.columns)}"
-        )
-    for name in columns:
-        values = pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=np.float64)
+    frame: dict[str, np.ndarray] = {}
+    for name, raw in zip(columns, cells, strict=True):
+        values = np.array([_number(cell) for cell in raw], dtype=np.float64)
         bad = ~np.isfinite(values)
         if bad.any():
-            row = int(np.argmax(bad))
+            row_index = int(np.argmax(bad))
             raise ScenarioError(
-                f"{path}, line {row + 2}: column {name!r} must be a finite number, "
-                f"got {frame[name].iloc[row]!r}"
+                f"{path}, line {row_index + 2}: column {name!r} must be a finite number, "
+                f"got {raw[row_index]!r}"
             )
         frame[name] = values
     return frame
+
+
+def _number(cell: str) -> float:
+    try:
+        return float(cell)
+    except ValueError:
+        return float("nan")
 
 
 def _token_counts(values: np.ndarray, where: str) -> np.ndarray:
@@ -91,9 +113,9 @@ def _token_counts(values: np.ndarray, where: str) -> np.ndarray:
 
 def _read_csv_trace(path: Path) -> TraceRequests:
     frame = _read_csv(path, list(CSV_COLUMNS))
-    if frame.empty:
+    if len(frame["arrived_at"]) == 0:
         raise ScenarioError(f"{path}: the trace has no requests")
-    arrival_at_s = frame["arrived_at"].to_numpy()
+    arrival_at_s = frame["arrived_at"]
     decreasing = np.diff(arrival_at_s) < 0
     if decreasing.any():
         row = int(np.argmax(decreasing)) + 1
@@ -102,8 +124,8 @@ def _read_csv_trace(path: Path) -> TraceRequests:
             f"({arrival_at_s[row - 1]} then {arrival_at_s[row]}); traces must be in arrival order"
         )
     return TraceRequests(
-        prompt_tokens=_token_counts(frame["num_prefill_tokens"].to_numpy(), str(path)),
-        output_tokens=_token_counts(frame["num_decode_tokens"].to_numpy(), str(path)),
+        prompt_tokens=_token_counts(frame["num_prefill_tokens"], str(path)),
+        output_tokens=_token_counts(frame["num_decode_tokens"], str(path)),
         arrival_at_s=arrival_at_s - arrival_at_s[0],
         request_rate_per_s=None,
         source=str(path),
@@ -147,7 +169,7 @@ def read_length_values(path: Path, column: str | None, key_path: str) -> np.ndar
     if path.suffix.lower() == ".csv":
         if column is None:
             raise ScenarioError(f"{key_path}.column: a CSV file ({path}) needs a column name")
-        values = _read_csv(path, [column])[column].to_numpy()
+        values = _read_csv(path, [column])[column]
     else:
         try:
             data = json.loads(path.read_text())
