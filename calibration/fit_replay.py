@@ -1,0 +1,231 @@
+"""Fit the engine's per-step overheads by replaying a measured run through the simulator.
+
+When an artifact records only request timings (a ``vllm bench serve --save-detailed`` result or a
+request-timing ``requests.jsonl``), the step cost cannot be regressed on steps. Instead the run is
+replayed — its own arrivals, prompt and output lengths, on the stated GPU, model and engine limits —
+and the two engine overheads of :class:`sim.cost_model.StepCostModel` (``T_fixed = s + b·B``:
+``s`` per step, ``b`` per scheduled sequence) are chosen so that the simulated TTFT and TPOT agree
+with the measured ones: robust least squares (scipy ``least_squares``, soft-L1) on the log-ratios of mean and
+median TTFT and TPOT, over the requests in the fit set. Every evaluation is one simulation (about
+0.4 s for 300 requests); the optimiser is capped at :data:`MAX_SIMULATIONS`.
+
+Intervals are a linearised bootstrap: requests of the fit set are resampled (both the measured and
+the simulated statistics are recomputed on the resample, with no new simulation), and each resample
+moves the parameters by ``−J⁺ r`` with ``J`` the optimiser's Jacobian at the solution. All requests
+are always simulated — they share the batch — and a held-out set only changes which are compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from calibration.parsers import detect_kind, parse_artifact
+from calibration.replay import read_replay_requests
+from calibration.schema import ParsedArtifact
+from sim.errors import CalibrationError, SpecsimError
+from sim.run import run_scenario
+from sim.scenario import validate_document
+
+#: Upper bound on simulations per fit (the issue's budget: a few dozen, seconds in all).
+MAX_SIMULATIONS = 30
+#: Parameter vector: step overhead and per-sequence overhead in milliseconds (one scale for both).
+PARAMETERS = ("step_overhead_s", "per_sequence_overhead_s")
+X0_MS, LOWER_MS, UPPER_MS = (1.5, 0.02), (0.0, 0.0), (30.0, 2.0)
+#: Residual weights: the means are the target; the medians keep the shape honest.
+STAT_WEIGHTS = {"ttft_mean": 1.0, "tpot_mean": 1.0, "ttft_p50": 0.5, "tpot_p50": 0.5}
+NUM_BOOTSTRAP, BOOTSTRAP_SEED = 400, 20261
+
+
+@dataclass(frozen=True, eq=False)
+class MeasuredRun:
+    """A run's requests in replay order with their measured TTFT and TPOT (seconds; TPOT NaN for
+    one-token outputs), and the engine settings the artifact states."""
+
+    path: Path
+    artifact: ParsedArtifact
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    engine: dict[str, Any]
+
+    @property
+    def num_requests(self) -> int:
+        """Requests replayed."""
+        return len(self.ttft_s)
+
+
+@dataclass(frozen=True)
+class ReplayFit:
+    """Fitted overheads (seconds) with 95 % intervals, per-statistic residuals and the cost."""
+
+    values: dict[str, float]
+    ci95: dict[str, tuple[float, float]]
+    residuals: dict[str, float]
+    num_simulations: int
+    method: str
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def read_measured_run(path: Path) -> MeasuredRun:
+    """Read a request-timing artifact in the order the workload replays it.
+
+    The replay keeps successful requests with at least one output token and sorts them by arrival
+    (:func:`calibration.replay.read_replay_requests`); the same selection is applied here so that
+    simulated request i is measured request i.
+    Raise CalibrationError naming the file if it has no per-request TTFT and end-to-end latency.
+    """
+    path = Path(path)
+    replay = read_replay_requests(path)
+    artifact = parse_artifact(path, detect_kind(path))
+    requests = artifact.requests
+    if requests is None or requests.ttft_s is None or requests.e2e_s is None:
+        raise CalibrationError(f"{path}: expected per-request ttft and end-to-end latency; none")
+    if requests.output_tokens is None:
+        raise CalibrationError(f"{path}: expected per-request output lengths; none")
+    keep = requests.succeeded & (requests.output_tokens >= 1)
+    ttft, e2e = requests.ttft_s[keep], requests.e2e_s[keep]
+    output = requests.output_tokens[keep].astype(np.float64)
+    if replay.arrival_at_s is not None and requests.arrival_at_s is not None:
+        order = np.argsort(requests.arrival_at_s[keep], kind="stable")
+        ttft, e2e, output = ttft[order], e2e[order], output[order]
+    if not np.all(np.isfinite(ttft)):
+        raise CalibrationError(f"{path}: expected a finite TTFT for every successful request")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(output > 1, (e2e - ttft) / (output - 1), np.nan)
+    settings = artifact.metadata.settings
+    engine = {
+        key: int(settings[f"engine.{key}"])  # type: ignore[arg-type]
+        for key in ("max_num_seqs", "max_num_batched_tokens")
+        if isinstance(settings.get(f"engine.{key}"), int)
+    }
+    return MeasuredRun(path, artifact, ttft, tpot, engine)
+
+
+def replay_document(
+    run: MeasuredRun, gpu: str, model: str, tp: int, overheads_s: tuple[float, float]
+) -> dict[str, Any]:
+    """The scenario that replays ``run`` with the given step and per-sequence overheads."""
+    return {
+        "name": f"replay-{run.path.parent.name or run.path.stem}",
+        "hardware": {"gpu": gpu, "num_gpus": tp},
+        "model": model,
+        "engine": {
+            "preset": "vllm-v1",
+            **run.engine,
+            "step_overhead_s": overheads_s[0],
+            "per_sequence_overhead_s": overheads_s[1],
+        },
+        "workload": {
+            "num_requests": run.num_requests,
+            "arrival": {"process": "trace", "path": str(run.path.resolve())},
+        },
+    }
+
+
+def simulate(
+    run: MeasuredRun, gpu: str, model: str, tp: int, overheads_s: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Simulated per-request TTFT and TPOT (seconds), in replay order.
+
+    Raise CalibrationError naming the replay if the scenario cannot be built or run.
+    """
+    document = replay_document(run, gpu, model, tp, overheads_s)
+    try:
+        result = run_scenario(validate_document(document, f"replay of {run.path}"), Path.cwd())
+    except SpecsimError as exc:
+        raise CalibrationError(f"{run.path}: cannot replay the run: {exc}") from None
+    r = result.requests
+    ttft = r["first_token_at_s"] - r["arrival_at_s"]
+    output = r["output_tokens"].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(output > 1, (r["finished_at_s"] - r["first_token_at_s"]) / (output - 1), 0)
+    tpot = np.where(output > 1, tpot, np.nan)
+    return ttft, tpot
+
+
+def statistics(ttft: np.ndarray, tpot: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Mean TTFT, mean TPOT, median TTFT, median TPOT over the requests ``index`` (seconds)."""
+    t, p = ttft[index], tpot[index]
+    return np.array([t.mean(), np.nanmean(p), np.median(t), np.nanmedian(p)])
+
+
+def fit_overheads(
+    run: MeasuredRun, gpu: str, model: str, tp: int, fit_index: np.ndarray | None = None
+) -> ReplayFit:
+    """Fit step and per-sequence overheads so the replay matches the measured requests in
+    ``fit_index`` (every request by default).
+
+    Raise CalibrationError if the replay fails or the fit set has no multi-token request.
+    """
+    index = np.arange(run.num_requests) if fit_index is None else np.asarray(fit_index)
+    if not np.any(np.isfinite(run.tpot_s[index])):
+        raise CalibrationError(f"{run.path}: the fit set has no request with two output tokens")
+    measured = statistics(run.ttft_s, run.tpot_s, index)
+    weights = np.sqrt(np.array(list(STAT_WEIGHTS.values())))
+    cache: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
+
+    def simulated(x_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        key = (round(float(x_ms[0]), 9), round(float(x_ms[1]), 9))
+        if key not in cache:
+            cache[key] = simulate(run, gpu, model, tp, (key[0] * 1e-3, key[1] * 1e-3))
+        return cache[key]
+
+    def residuals(x_ms: np.ndarray) -> np.ndarray:
+        ttft, tpot = simulated(x_ms)
+        return weights * np.log(statistics(ttft, tpot, index) / measured)
+
+    # The simulator is event-driven, so its output is piecewise constant at tiny steps; a relative
+    # finite-difference step of 5 % sees the trend instead of the steps.
+    result = least_squares(
+        residuals,
+        np.array(X0_MS),
+        bounds=(LOWER_MS, UPPER_MS),
+        loss="soft_l1",
+        f_scale=0.05,
+        diff_step=0.05,
+        max_nfev=MAX_SIMULATIONS // 3,
+    )
+    best_ms = np.asarray(result.x, dtype=np.float64)
+    ttft, tpot = simulated(best_ms)
+    ci = _bootstrap_ci(run, ttft, tpot, index, best_ms, np.asarray(result.jac), weights)
+    final = statistics(ttft, tpot, index) / measured - 1.0
+    names = list(STAT_WEIGHTS)
+    return ReplayFit(
+        values={name: float(best_ms[i]) * 1e-3 for i, name in enumerate(PARAMETERS)},
+        ci95={name: (ci[0][i] * 1e-3, ci[1][i] * 1e-3) for i, name in enumerate(PARAMETERS)},
+        residuals={f"{names[i]}_rel_error": float(final[i]) for i in range(len(names))},
+        num_simulations=len(cache),
+        method=(
+            "replay of the measured run through the simulator; soft_l1 least squares on the "
+            "log-ratios of simulated to measured mean TTFT, mean TPOT (weight 1) and median TTFT, "
+            f"TPOT (weight 0.5) over {index.size} requests; 95% interval by a {NUM_BOOTSTRAP}-"
+            "resample bootstrap over requests, linearised through the fit's Jacobian"
+        ),
+        settings={"gpu": gpu, "model": model, "tp": tp, **run.engine},
+    )
+
+
+def _bootstrap_ci(
+    run: MeasuredRun,
+    ttft: np.ndarray,
+    tpot: np.ndarray,
+    index: np.ndarray,
+    best_ms: np.ndarray,
+    jac: np.ndarray,
+    weights: np.ndarray,
+) -> tuple[list[float], list[float]]:
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    pinv = np.linalg.pinv(jac)
+    draws = []
+    for _ in range(NUM_BOOTSTRAP):
+        sample = rng.choice(index, size=index.size, replace=True)
+        measured = statistics(run.ttft_s, run.tpot_s, sample)
+        predicted = statistics(ttft, tpot, sample)
+        r = weights * np.log(predicted / measured)
+        draws.append(np.clip(best_ms - pinv @ r, LOWER_MS, UPPER_MS))
+    low, high = np.percentile(np.array(draws), [2.5, 97.5], axis=0)
+    return [float(v) for v in low], [float(v) for v in high]
