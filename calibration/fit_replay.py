@@ -5,9 +5,9 @@ request-timing ``requests.jsonl``), the step cost cannot be regressed on steps. 
 replayed — its own arrivals, prompt and output lengths, on the stated GPU, model and engine limits —
 and the two engine overheads of :class:`sim.cost_model.StepCostModel` (``T_fixed = s + b·B``:
 ``s`` per step, ``b`` per scheduled sequence) are chosen so that the simulated TTFT and TPOT agree
-with the measured ones: robust least squares (scipy ``least_squares``, soft-L1) on the log-ratios of mean and
-median TTFT and TPOT, over the requests in the fit set. Every evaluation is one simulation (about
-0.4 s for 300 requests); the optimiser is capped at :data:`MAX_SIMULATIONS`.
+with the measured ones: robust least squares (scipy ``least_squares``, soft-L1) on the log-ratios
+of mean and median TTFT and TPOT, over the requests in the fit set. Every evaluation is one
+simulation (about 0.4 s for 300 requests); the optimiser is capped at :data:`MAX_SIMULATIONS`.
 
 Intervals are a linearised bootstrap: requests of the fit set are resampled (both the measured and
 the simulated statistics are recomputed on the resample, with no new simulation), and each resample
