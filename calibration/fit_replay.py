@@ -186,7 +186,7 @@ def fit_overheads(
         bounds=(LOWER_MS, UPPER_MS),
         loss="soft_l1",
         f_scale=0.05,
-        diff_step=0.05,
+        diff_step=[0.05, 0.05],
         max_nfev=MAX_SIMULATIONS // 3,
     )
     best_ms = np.asarray(result.x, dtype=np.float64)
