@@ -134,59 +134,65 @@ class StepCostModel:
         )
         self._allreduce_latency_s = gpu.allreduce_latency_at(tp) if tp > 1 else 0.0
         self._gemm_floor_s = gemms_per_forward(model) * efficiency.gemm_floor_s
+        # Per-unit coefficients of each operator class, so a step costs a handful of array ops.
+        lm_head = spec.vocab_size * spec.hidden_size
+        routed = (
+            spec.num_layers * spec.experts_per_token * model.expert_params_per_layer
+            if spec.num_experts > 1
+            else 0
+        )
+        self._moe = spec.num_experts > 1
+        self._dense_weight_s = 2.0 * model.dense_linear_params / self._bw
+        self._expert_weight_s = 2.0 * spec.num_layers * model.expert_params_per_layer / self._bw
+        self._flop_s_per_token = 2.0 * (model.dense_linear_params - lm_head + routed) / self._flops
+        self._flop_s_per_logit = 2.0 * lm_head / self._flops
+        self._kv_s_per_token = model.kv_bytes_per_token / self._kv_bw
+        self._attention_s_per_pair = model.attention_flops_per_pair / self._flops
+        # Two all-reduces per layer, each alpha + 2(TP-1)/TP * N*H*2 bytes / busbw (ring).
+        self._allreduce_const_s = 2.0 * spec.num_layers * self._allreduce_latency_s
+        self._allreduce_s_per_token = (
+            2.0
+            * spec.num_layers
+            * 2.0
+            * (tp - 1)
+            / tp
+            * spec.hidden_size
+            * 2.0
+            / gpu.interconnect_bus_bandwidth_bytes_per_s
+        )
+        self._sampling_s_per_logit = spec.vocab_size * SAMPLING_BYTES_PER_LOGIT / (self._bw / tp)
 
     # --- operator classes ------------------------------------------------------------------
     def linear_s(self, num_tokens: ArrayLike, num_logit_tokens: ArrayLike) -> FloatArray:
-        """Linear layers and lm_head: weight bytes over bandwidth vs FLOPs over throughput."""
+        """Linear layers and lm_head: weight bytes over bandwidth vs FLOPs over throughput.
+
+        Dense weights are read once per step; MoE experts only where some token is routed. The
+        lm_head multiplies only the positions whose logits are needed.
+        """
         n = np.asarray(num_tokens, dtype=np.float64)
         n_logits = np.asarray(num_logit_tokens, dtype=np.float64)
-        m = self.model
-        lm_head = m.spec.vocab_size * m.spec.hidden_size
-        body_dense = m.dense_linear_params - lm_head
-        # Bytes: dense weights always; MoE experts only those some token is routed to.
-        weight_bytes = 2.0 * m.dense_linear_params + 2.0 * m.spec.num_layers * (
-            m.expected_experts_touched(n) * m.expert_params_per_layer
-            if m.spec.num_experts > 1
-            else 0.0
-        )
-        active_body = body_dense + (
-            m.spec.num_layers * m.spec.experts_per_token * m.expert_params_per_layer
-            if m.spec.num_experts > 1
-            else 0
-        )
-        flops = 2.0 * active_body * n + 2.0 * lm_head * n_logits
-        roofline = smooth_max(
-            weight_bytes / self._bw, flops / self._flops, self.efficiency.roofline_p
-        )
-        return roofline + self._gemm_floor_s
+        weight_s: float | FloatArray = self._dense_weight_s
+        if self._moe:
+            weight_s = weight_s + self._expert_weight_s * self.model.expected_experts_touched(n)
+        flop_s = self._flop_s_per_token * n + self._flop_s_per_logit * n_logits
+        return smooth_max(weight_s, flop_s, self.efficiency.roofline_p) + self._gemm_floor_s
 
     def attention_s(self, kv_read_tokens: ArrayLike, attention_pairs: ArrayLike) -> FloatArray:
         """Attention over the KV cache: KV bytes over bandwidth vs score FLOPs over throughput."""
-        kv_bytes = np.asarray(kv_read_tokens, dtype=np.float64) * self.model.kv_bytes_per_token
-        flops = np.asarray(attention_pairs, dtype=np.float64) * self.model.attention_flops_per_pair
-        return np.maximum(kv_bytes / self._kv_bw, flops / self._flops)
+        kv = np.asarray(kv_read_tokens, dtype=np.float64)
+        pairs = np.asarray(attention_pairs, dtype=np.float64)
+        return np.maximum(self._kv_s_per_token * kv, self._attention_s_per_pair * pairs)
 
     def allreduce_s(self, num_tokens: ArrayLike) -> FloatArray:
         """Two all-reduces per layer of ``N·H`` bf16 activations; zero without tensor parallel."""
         n = np.asarray(num_tokens, dtype=np.float64)
         if self.tp == 1:
             return np.zeros_like(n)
-        spec = self.model.spec
-        message_bytes = n * spec.hidden_size * 2.0
-        ring = (
-            2.0
-            * (self.tp - 1)
-            / self.tp
-            * message_bytes
-            / self.gpu.interconnect_bus_bandwidth_bytes_per_s
-        )
-        return 2.0 * spec.num_layers * (self._allreduce_latency_s + ring)
+        return self._allreduce_const_s + self._allreduce_s_per_token * n
 
     def sampling_s(self, num_logit_tokens: ArrayLike) -> FloatArray:
         """Softmax, sampling and rejection over fp32 logits: a bandwidth-bound pass per row."""
-        n_logits = np.asarray(num_logit_tokens, dtype=np.float64)
-        per_gpu_bw = self._bw / self.tp
-        return n_logits * self.model.spec.vocab_size * SAMPLING_BYTES_PER_LOGIT / per_gpu_bw
+        return self._sampling_s_per_logit * np.asarray(num_logit_tokens, dtype=np.float64)
 
     def fixed_s(self, num_seqs: ArrayLike) -> FloatArray:
         """Engine overhead the GPU does not hide: per step plus per scheduled sequence."""

@@ -24,7 +24,7 @@ from sim.engine.drafter import Drafter, DraftWork, StepPlan
 from sim.engine.kv_cache import BlockManager, blocks_for
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
-from sim.engine.scheduler import Scheduler
+from sim.engine.scheduler import ScheduledBatch, Scheduler
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -79,17 +79,25 @@ class EngineCore:
         self.check = check_invariants
         self.clock_s = 0.0
         self.num_steps = 0
+        self.speculative = len(plan.proposed) > 0 or drafter.name != "none"
 
     # --- shared arithmetic ----------------------------------------------------------------------
     def _durations(
         self, totals: StepTotals, work: DraftWork
     ) -> tuple[FloatArray, dict[str, FloatArray]]:
         parts = self.cost_model.breakdown(totals.shape())
-        parts["draft_s"] = np.asarray(self.drafter.draft_time_s(work), dtype=np.float64)
-        total = np.zeros_like(parts["fixed_s"], dtype=np.float64)
-        for key in BREAKDOWN_KEYS:
-            total = total + parts[key]
-        return np.atleast_1d(total), {k: np.atleast_1d(v) for k, v in parts.items()}
+        if self.speculative:
+            parts["draft_s"] = np.asarray(self.drafter.draft_time_s(work), dtype=np.float64)
+        # The order of the sum is fixed (BREAKDOWN_KEYS) so both paths round identically.
+        total = (
+            parts["fixed_s"]
+            + parts["linear_s"]
+            + parts["attention_s"]
+            + parts["allreduce_s"]
+            + parts["sampling_s"]
+            + parts["draft_s"]
+        )
+        return total, parts
 
     def _starts(self, durations: FloatArray) -> FloatArray:
         """Start of each step and the end of the last: a sequential sum from the clock."""
@@ -118,27 +126,15 @@ class EngineCore:
         totals = StepTotals(
             num_seqs=np.array([len(ids)]),
             num_tokens=np.array([take.sum()]),
-            num_logit_tokens=np.array([np.where(is_dec, take, completes.astype(np.int64)).sum()]),
+            num_logit_tokens=np.array([np.where(is_dec, take, completes).sum()]),
             kv_read_tokens=np.array([(computed + take).sum()]),
-            attention_pairs_x2=np.array([(2 * take * computed + take * (take + 1)).sum()]),
+            attention_pairs_x2=np.array([(take * (2 * computed + take + 1)).sum()]),
         )
-        next_proposed, _ = self.plan.lookup(ids, r.num_decode_steps[ids] + is_dec)
-        work = DraftWork(
-            num_seqs=np.array([drafting.sum()]),
-            num_new_tokens=np.array([np.where(drafting, np.where(is_dec, emitted, take), 0).sum()]),
-            context_tokens=np.array([np.where(drafting, new_computed, 0).sum()]),
-            num_full_accept=np.array(
-                [
-                    (
-                        drafting
-                        & is_dec
-                        & (batch.proposed > 0)
-                        & (batch.accepted == batch.proposed)
-                    ).sum()
-                ]
-            ),
-            num_proposed=np.array([np.where(drafting, next_proposed, 0).sum()]),
-        )
+        if self.speculative:
+            work = self._draft_work(batch, ids, take, is_dec, emitted, drafting, new_computed)
+        else:
+            zero = np.zeros(1, dtype=np.int64)
+            work = DraftWork(zero, zero, zero, zero, zero)
         durations, parts = self._durations(totals, work)
         starts = self._starts(durations)
         end = float(starts[-1])
@@ -171,7 +167,7 @@ class EngineCore:
             {
                 "start_at_s": starts[:-1],
                 "duration_s": durations,
-                **{k: parts[k] for k in BREAKDOWN_KEYS},
+                **parts,
                 "num_seqs": len(ids),
                 "num_decode_seqs": int(is_dec.sum()),
                 "num_prefill_seqs": int((~is_dec).sum()),
@@ -190,6 +186,27 @@ class EngineCore:
         self._finish(ids[finishing], end)
         if self.check:
             self.scheduler.check_invariants()
+
+    def _draft_work(
+        self,
+        batch: ScheduledBatch,
+        ids: IntArray,
+        take: IntArray,
+        is_dec: NDArray[np.bool_],
+        emitted: IntArray,
+        drafting: NDArray[np.bool_],
+        new_computed: IntArray,
+    ) -> DraftWork:
+        """The drafting a general step implies (decodes that go on, prefills that complete)."""
+        next_proposed, _ = self.plan.lookup(ids, self.requests.num_decode_steps[ids] + is_dec)
+        full = drafting & is_dec & (batch.proposed > 0) & (batch.accepted == batch.proposed)
+        return DraftWork(
+            num_seqs=np.array([drafting.sum()]),
+            num_new_tokens=np.array([(np.where(is_dec, emitted, take) * drafting).sum()]),
+            context_tokens=np.array([(new_computed * drafting).sum()]),
+            num_full_accept=np.array([full.sum()]),
+            num_proposed=np.array([(next_proposed * drafting).sum()]),
+        )
 
     def _finish(self, ids: IntArray, end: float) -> None:
         if len(ids) == 0:
@@ -224,26 +241,42 @@ class EngineCore:
         """
         s, r, kv = self.scheduler, self.requests, self.kv
         ids = s.running
-        m = FAST_FORWARD_CHUNK
-        steps = np.arange(m + 1)
-        start = self.plan.offsets[ids][:, None] + r.num_decode_steps[ids][:, None] + steps
-        inside = start < self.plan.offsets[ids + 1][:, None]
+        computed0 = r.num_computed_tokens[ids]
+        remaining = r.output_tokens[ids] - r.num_emitted[ids]
+        arrival_matters = len(ids) < s.config.max_num_seqs and next_arrival_at_s < np.inf
+        # Every step emits at least one token per sequence, so the first completion comes within
+        # min(remaining) steps; an arrival, within about (gap / last step) steps. Costing more
+        # steps than that would be wasted work (a segment that ends early simply continues).
+        m = min(FAST_FORWARD_CHUNK, int(remaining.min()))
+        extra = s.config.extra_tokens_per_decode
+        if not len(self.plan.proposed):
+            return self._fast_forward_plain(
+                ids, computed0, m, 1 + extra, next_arrival_at_s, arrival_matters, waiting_at
+            )
+        j = np.arange(m)
         if len(self.plan.proposed):
-            safe = np.where(inside, start, 0)
+            position = (self.plan.offsets[ids] + r.num_decode_steps[ids])[:, None] + np.arange(
+                m + 1
+            )
+            inside = position < self.plan.offsets[ids + 1][:, None]
+            safe = np.where(inside, position, 0)
             proposed_all = np.where(inside, self.plan.proposed[safe], 0).astype(np.int64)
-            accepted_all = np.where(inside, self.plan.accepted[safe], 0).astype(np.int64)
+            accepted = np.where(inside[:, :m], self.plan.accepted[safe[:, :m]], 0).astype(np.int64)
+            proposed = proposed_all[:, :m]
+            raw = accepted + 1
+            cum = np.cumsum(raw, axis=1)
+            before = cum - raw
+            rem = remaining[:, None]
+            emitted = np.minimum(raw, np.maximum(rem - before, 0))
+            finishing = cum >= rem
         else:
-            proposed_all = np.zeros(start.shape, dtype=np.int64)
-            accepted_all = proposed_all
-        proposed, accepted = proposed_all[:, :m], accepted_all[:, :m]
-        remaining = (r.output_tokens[ids] - r.num_emitted[ids])[:, None]
-        raw = accepted + 1
-        before = np.cumsum(raw, axis=1) - raw
-        emitted = np.minimum(raw, np.maximum(remaining - before, 0))
-        computed = r.num_computed_tokens[ids][:, None] + before
-        take = 1 + s.config.extra_tokens_per_decode + proposed
-        finishing = before + raw >= remaining
-        # Each step must fit the token budget and the block pool.
+            proposed_all = proposed = accepted = np.zeros((len(ids), m + 1), dtype=np.int64)
+            proposed, accepted = proposed[:, :m], accepted[:, :m]
+            before = np.broadcast_to(j, (len(ids), m))
+            emitted = np.ones((len(ids), m), dtype=np.int64)
+            finishing = (j + 1)[None, :] >= remaining[:, None]
+        computed = computed0[:, None] + before
+        take = (1 + extra) + proposed
         tokens = take.sum(axis=0)
         if s.config.rollback_policy == "in_place":
             blocks = blocks_for(computed + take, kv.block_size).sum(axis=0)
@@ -254,56 +287,48 @@ class EngineCore:
         capacity = kv.num_free + int(kv.held[ids].sum())
         ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
         length = m if ok.all() else int(np.argmin(ok))
-        any_finish: NDArray[np.bool_] = np.asarray(finishing.any(axis=0))
+        any_finish = finishing.any(axis=0)
         if any_finish[:length].any():
             length = int(np.argmax(any_finish)) + 1
         if length == 0:
             return 0
-        proposed, accepted, emitted = (
-            proposed[:, :length],
-            accepted[:, :length],
-            emitted[:, :length],
-        )
-        computed, take, finishing = computed[:, :length], take[:, :length], finishing[:, :length]
+        if length < m:
+            proposed, accepted, emitted = (
+                proposed[:, :length],
+                accepted[:, :length],
+                emitted[:, :length],
+            )
+            computed, take, finishing = (
+                computed[:, :length],
+                take[:, :length],
+                finishing[:, :length],
+            )
+            tokens, blocks = tokens[:length], blocks[:length]
         drafting = ~finishing
         new_computed = computed + emitted
-        num_seqs = np.full(length, len(ids), dtype=np.int64)
         totals = StepTotals(
-            num_seqs=num_seqs,
-            num_tokens=tokens[:length],
-            num_logit_tokens=tokens[:length],
+            num_seqs=np.full(length, len(ids), dtype=np.int64),
+            num_tokens=tokens,
+            num_logit_tokens=tokens,
             kv_read_tokens=(computed + take).sum(axis=0),
             attention_pairs_x2=(2 * take * computed + take * (take + 1)).sum(axis=0),
         )
         work = DraftWork(
             num_seqs=drafting.sum(axis=0),
-            num_new_tokens=np.where(drafting, emitted, 0).sum(axis=0),
-            context_tokens=np.where(drafting, new_computed, 0).sum(axis=0),
+            num_new_tokens=(emitted * drafting).sum(axis=0),
+            context_tokens=(new_computed * drafting).sum(axis=0),
             num_full_accept=(drafting & (proposed > 0) & (accepted == proposed)).sum(axis=0),
-            num_proposed=np.where(drafting, proposed_all[:, 1 : length + 1], 0).sum(axis=0),
+            num_proposed=(proposed_all[:, 1 : length + 1] * drafting).sum(axis=0),
         )
         durations, parts = self._durations(totals, work)
         starts = self._starts(durations)
         # Cut before the first step that starts once a new request could be admitted.
-        if len(ids) < s.config.max_num_seqs and next_arrival_at_s < np.inf:
+        if arrival_matters:
             late = starts[1:length] >= next_arrival_at_s
             if late.any():
-                cut = int(np.argmax(late)) + 1
-                return self._commit_segment(
-                    ids,
-                    cut,
-                    starts[: cut + 1],
-                    durations[:cut],
-                    {k: v[:cut] for k, v in parts.items()},
-                    totals,
-                    emitted,
-                    proposed,
-                    accepted,
-                    new_computed,
-                    finishing,
-                    blocks,
-                    waiting_at,
-                )
+                length = int(np.argmax(late)) + 1
+                starts, durations = starts[: length + 1], durations[:length]
+                parts = {k: v[:length] for k, v in parts.items()}
         return self._commit_segment(
             ids,
             length,
@@ -319,6 +344,97 @@ class EngineCore:
             blocks,
             waiting_at,
         )
+
+    def _fast_forward_plain(
+        self,
+        ids: IntArray,
+        computed0: IntArray,
+        m: int,
+        take: int,
+        next_arrival_at_s: float,
+        arrival_matters: bool,
+        waiting_at: Callable[[FloatArray], IntArray],
+    ) -> int:
+        """:meth:`fast_forward` without speculation: every sequence computes ``take`` tokens and
+        emits one per step, so the step aggregates are closed forms in the step index.
+
+        The first completion is at step ``m - 1`` exactly when ``m`` equals the smallest remaining
+        output (the caller chose ``m`` no larger).
+        """
+        s, r, kv = self.scheduler, self.requests, self.kv
+        num = len(ids)
+        j = np.arange(m)
+        sum_c0 = int(computed0.sum())
+        # computed_ij = c0_i + j; tokens per step num·take; every sum is an exact integer.
+        context = sum_c0 + num * j
+        if s.config.rollback_policy == "in_place" or take == 1:
+            blocks = blocks_for(computed0[:, None] + (j + take), kv.block_size).sum(axis=0)
+        else:
+            blocks = blocks_for(computed0[:, None] + (j + 1), kv.block_size).sum(
+                axis=0
+            ) + num * int(blocks_for(take - 1, kv.block_size))
+        capacity = kv.num_free + int(kv.held[ids].sum())
+        tokens_per_step = num * take
+        if tokens_per_step > s.config.max_num_batched_tokens:
+            return 0
+        fits = blocks <= capacity
+        length = m if fits.all() else int(np.argmin(fits))
+        if length == 0:
+            return 0
+        remaining = r.output_tokens[ids] - r.num_emitted[ids]
+        context, blocks = context[:length], blocks[:length]
+        tokens = np.full(length, tokens_per_step, dtype=np.int64)
+        totals = StepTotals(
+            num_seqs=np.full(length, num, dtype=np.int64),
+            num_tokens=tokens,
+            num_logit_tokens=tokens,
+            kv_read_tokens=context + tokens_per_step,
+            attention_pairs_x2=2 * take * context + num * take * (take + 1),
+        )
+        zeros = np.zeros(length, dtype=np.int64)
+        durations, parts = self._durations(totals, DraftWork(zeros, zeros, zeros, zeros, zeros))
+        starts = self._starts(durations)
+        if arrival_matters:
+            late = starts[1:length] >= next_arrival_at_s
+            if late.any():
+                length = int(np.argmax(late)) + 1
+                starts, durations = starts[: length + 1], durations[:length]
+                parts = {k: v[:length] for k, v in parts.items()}
+        end = float(starts[-1])
+        new_computed = computed0 + length
+        r.num_emitted[ids] += length
+        r.num_computed_tokens[ids] = new_computed
+        r.num_decode_steps[ids] += length
+        r.last_emit_at_s[ids] = end
+        r.last_emit_step[ids] = self.num_steps + length - 1
+        kv.set_logical(ids, new_computed)
+        keep = blocks_for(new_computed, kv.block_size)
+        kv.num_free += int(kv.held[ids].sum() - keep.sum())
+        kv.held[ids] = keep
+        self.recorder.append(
+            {
+                "start_at_s": starts[:-1],
+                "duration_s": durations,
+                **parts,
+                "num_seqs": num,
+                "num_decode_seqs": num,
+                "num_prefill_seqs": 0,
+                "num_tokens": tokens_per_step,
+                "num_prefill_tokens": 0,
+                "num_emitted_tokens": num,
+                "num_draft_tokens": 0,
+                "num_accepted_tokens": 0,
+                "kv_blocks_used": blocks[:length],
+                "num_waiting": waiting_at(starts[:-1]),
+                "num_regular_itl": num,
+            }
+        )
+        self.clock_s = end
+        self.num_steps += length
+        self._finish(ids[remaining == length], end)
+        if self.check:
+            self.scheduler.check_invariants()
+        return length
 
     def _commit_segment(
         self,

@@ -86,12 +86,11 @@ class StepPlan:
 
     def lookup(self, requests: IntArray, step_index: IntArray) -> tuple[IntArray, IntArray]:
         """Proposed and accepted draft tokens of each request's ``step_index``-th verify step."""
-        start = self.offsets[requests]
-        position = start + step_index
-        inside = position < self.offsets[requests + 1]
         if len(self.proposed) == 0:
             zeros = np.zeros(len(requests), dtype=np.int64)
             return zeros, zeros.copy()
+        position = self.offsets[requests] + step_index
+        inside = position < self.offsets[requests + 1]
         safe = np.where(inside, position, 0)
         proposed = np.where(inside, self.proposed[safe], 0).astype(np.int64)
         accepted = np.where(inside, self.accepted[safe], 0).astype(np.int64)

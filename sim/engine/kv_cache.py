@@ -68,6 +68,17 @@ class BlockManager:
         self.held[requests] += need
         self.num_free -= total
 
+    def grant(self, requests: IntArray, num_blocks: IntArray) -> None:
+        """Give each request ``num_blocks`` more blocks (as computed by :meth:`blocks_needed`).
+
+        Raise InvariantError if the pool cannot cover them.
+        """
+        total = int(num_blocks.sum())
+        if total > self.num_free:
+            raise InvariantError(f"allocating {total} blocks with only {self.num_free} free")
+        self.held[requests] += num_blocks
+        self.num_free -= total
+
     def set_logical(self, requests: IntArray, num_tokens: IntArray) -> None:
         """Record the logical KV length (committed tokens) of each request."""
         self.logical_tokens[requests] = num_tokens

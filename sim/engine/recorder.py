@@ -81,6 +81,12 @@ class StepRecorder:
             return np.zeros(0), np.zeros(0)
         return np.concatenate(self._irregular_itl), np.concatenate(self._irregular_itl_at)
 
+    def last_duration_s(self) -> float:
+        """Duration of the last recorded step (NaN before the first)."""
+        if self._size == 0:
+            return float("nan")
+        return float(self._columns["duration_s"][self._size - 1])
+
     def last_end_at_s(self) -> float:
         """End time of the last recorded step (NaN before the first)."""
         if self._size == 0:

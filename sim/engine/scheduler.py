@@ -88,7 +88,7 @@ class Scheduler:
             return
         self.kv.free(ids)
         self.requests.state[ids] = FINISHED
-        self.running = self.running[~np.isin(self.running, ids)]
+        self.running = self.running[self.requests.state[self.running] == RUNNING]
 
     def _preempt_tail(self) -> int:
         """Preempt the most recently admitted running request (recompute): back to the front."""
@@ -149,7 +149,7 @@ class Scheduler:
                     self._allocate_with_preemption(ids, take, is_dec, proposed, accepted)
                 )
             else:
-                kv.allocate(ids, own_slots)
+                kv.grant(ids, need)
             scratch_blocks = int(scratch.sum())
             kv.reserve_scratch(scratch_blocks)
             budget -= int(take.sum())
@@ -251,17 +251,18 @@ class Scheduler:
             if want > budget and not cfg.chunked_prefill:
                 break
             take = min(want, budget)
-            one = np.array([req])
-            slots = np.array([r.num_computed_tokens[req] + take])
-            if not kv.can_allocate(one, slots):
+            slots = int(r.num_computed_tokens[req]) + take
+            need = max(-(-slots // kv.block_size) - int(kv.held[req]), 0)
+            if need > kv.num_free:
                 if len(self.running) == 0:
                     raise ScenarioError(
-                        f"request {req} needs {int(blocks_for(slots, kv.block_size)[0])} KV blocks "
-                        f"for its first chunk but the pool holds {kv.num_blocks}: raise "
+                        f"request {req} needs {-(-slots // kv.block_size)} KV blocks for its "
+                        f"first chunk but the pool holds {kv.num_blocks}: raise "
                         "gpu_memory_utilization or lower max_num_batched_tokens"
                     )
                 break
-            kv.allocate(one, slots)
+            kv.held[req] += need
+            kv.num_free -= need
             self.waiting.popleft()
             self.running = np.append(self.running, req)
             r.state[req] = RUNNING
