@@ -213,13 +213,12 @@ def _check_lengths(
             f"{model.spec.max_context_tokens} tokens (request {first}: {int(total[first])}); "
             "set workload.max_prompt_tokens / max_output_tokens"
         )
-    if (
-        not engine.chunked_prefill
-        and int(workload.prompt_tokens.max()) > engine.max_num_batched_tokens
-    ):
+    if not engine.chunked_prefill and int(total.max()) > engine.max_num_batched_tokens:
+        # Without chunking a prompt, or a preempted request's recompute of prompt + output, must
+        # fit one step; vLLM likewise requires max_num_batched_tokens >= max_model_len.
         raise ScenarioError(
             f"engine.max_num_batched_tokens: {engine.max_num_batched_tokens} is below the longest "
-            f"prompt ({int(workload.prompt_tokens.max())}) and chunked_prefill is off"
+            f"request ({int(total.max())} prompt + output tokens) and chunked_prefill is off"
         )
     need = int(blocks_for(int(total.max()), engine.block_size))
     if need > memory.num_blocks:

@@ -25,6 +25,7 @@ from sim.engine.kv_cache import BlockManager, blocks_for
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import ScheduledBatch, Scheduler
+from sim.errors import InvariantError
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -108,7 +109,10 @@ class EngineCore:
         """Schedule and execute one step starting at the current clock."""
         batch = self.scheduler.schedule(self.clock_s)
         if len(batch.ids) == 0:
-            return
+            raise InvariantError(
+                f"step at t={self.clock_s}: nothing could be scheduled with "
+                f"{len(self.scheduler.waiting)} waiting and {len(self.scheduler.running)} running"
+            )
         r = self.requests
         ids, take = batch.ids, batch.num_new_tokens
         is_dec = batch.is_decode
@@ -138,7 +142,7 @@ class EngineCore:
         durations, parts = self._durations(totals, work)
         starts = self._starts(durations)
         end = float(starts[-1])
-        kv_used = self.kv.num_used + batch.scratch_blocks
+        kv_used = self.kv.num_used  # scratch blocks are already out of the free pool
 
         # Apply: emissions, ITL, KV commit/rollback, completions.
         emitting = emitted > 0
@@ -287,7 +291,7 @@ class EngineCore:
         capacity = kv.num_free + int(kv.held[ids].sum())
         ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
         length = m if ok.all() else int(np.argmin(ok))
-        any_finish = finishing.any(axis=0)
+        any_finish: NDArray[np.bool_] = np.asarray(finishing.any(axis=0))
         if any_finish[:length].any():
             length = int(np.argmax(any_finish)) + 1
         if length == 0:

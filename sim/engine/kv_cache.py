@@ -17,6 +17,9 @@ from sim.errors import InvariantError
 
 IntArray = NDArray[np.int64]
 
+# Every command taking ``requests`` expects distinct request ids (numpy's fancy-index updates
+# apply a repeated id once); the scheduler never repeats one, and check_invariants() detects it.
+
 
 def blocks_for(num_tokens: IntArray | int, block_size: int) -> IntArray:
     """Blocks needed to hold ``num_tokens`` token slots: ceil(num_tokens / block_size)."""
