@@ -9,13 +9,19 @@ accept.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from sim.acceptance.config import build_acceptance_model
 from sim.acceptance.plan import AcceptanceModel, Proposal
+from sim.catalogue import GPU, Model
+from sim.cost_model import StepCostModel
 from sim.engine.drafter import DraftWork, StepPlan
+from sim.scenario import Scenario
 
 FloatArray = NDArray[np.float64]
 
@@ -24,6 +30,8 @@ class Strategy(ABC):
     """A drafting strategy as the engine sees it."""
 
     name: str = "abstract"
+    #: How the engine runs this combination: "supported", "experimental" or "unchecked".
+    support_level: str = "supported"
     #: Tokens a verify step computes per sequence besides its input token and its drafts.
     extra_tokens_per_decode: int = 0
 
@@ -52,7 +60,7 @@ class Strategy(ABC):
 
     def describe(self) -> dict[str, Any]:
         """The strategy's settings and its acceptance model, for results and reports."""
-        out: dict[str, Any] = {"method": self.name}
+        out: dict[str, Any] = {"method": self.name, "engine_support": self.support_level}
         if self.proposal is not None:
             out["num_draft_tokens"] = self.proposal.num_draft_tokens
             out["depth"] = self.proposal.depth
@@ -78,3 +86,42 @@ class NoSpeculation(Strategy):
 
     def draft_time_s(self, work: DraftWork) -> FloatArray:
         return np.zeros(len(np.atleast_1d(work.num_seqs)))
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Everything a strategy's builder may read: the scenario and the node it runs on."""
+
+    scenario: Scenario
+    model: Model
+    gpu: GPU
+    cost_model: StepCostModel
+    engine_preset: str
+    base_dir: Path
+
+    @property
+    def method(self) -> str:
+        """``speculation.method``."""
+        return self.scenario.speculation.method
+
+    @property
+    def tp(self) -> int:
+        """The target's tensor-parallel degree."""
+        return self.cost_model.tp
+
+    def acceptance(self, proposal: Proposal | None = None) -> AcceptanceModel:
+        """The acceptance model ``speculation.acceptance`` names, or the shipped default.
+
+        Raise ScenarioError if the key is invalid, or omitted with nothing shipped.
+        """
+        del proposal
+        scenario = self.scenario
+        model_name = scenario.model if isinstance(scenario.model, str) else scenario.model.name
+        return build_acceptance_model(
+            scenario.speculation.acceptance,
+            self.method,
+            model_name,
+            scenario.workload.dataset,
+            scenario.workload.temperature,
+            self.base_dir,
+        )

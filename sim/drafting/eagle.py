@@ -1,0 +1,159 @@
+"""EAGLE-1 and EAGLE-2: one decoder layer over the target's features, reading its lm_head.
+
+The head (Li et al. 2024, arXiv:2401.15077; SafeAILab/EAGLE ``eagle/model/cnets1.py``) is
+``fc: Linear(2H → H)`` over the concatenated token embedding and target feature, then one decoder
+layer of the target's shape; its logits come from the target's own lm_head (``V × H``), read in
+full every draft forward. Per speculative step it runs ``depth`` forwards:
+
+* the first catches up the tokens the verify step accepted (``num_new_tokens``), one logit row per
+  sequence;
+* a chain (vLLM V1) then runs ``k − 1`` forwards of one token per sequence;
+* a static tree (``tree.shape`` ``[w1, …, wd]``) runs forward ``j`` over the ``Π_{i≤j} w_i`` nodes
+  of level ``j``;
+* EAGLE-2's dynamic tree (Li et al. 2024, arXiv:2406.16858; ``tree: {topk, depth,
+  num_draft_tokens}``) runs ``depth − 1`` forwards over the ``topk`` expanded nodes per sequence,
+  and the verify step carries the ``num_draft_tokens`` best nodes; its acceptance is that of the
+  effective static tree from :func:`sim.acceptance.eagle2_effective_proposal`.
+
+The head's KV (one layer) lives in the target's pool; it runs at the target's TP degree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sim.acceptance import eagle2_effective_proposal
+from sim.acceptance.plan import AcceptanceModel, Proposal
+from sim.catalogue import BF16_BYTES, Model
+from sim.drafting.base import BuildContext
+from sim.drafting.network import DraftNetwork, NetworkCost, decoder_layer_params
+from sim.drafting.overheads import DraftOverheads, load_draft_overheads
+from sim.drafting.proposer import Batch, Forward, ForwardProposer
+from sim.errors import InvariantError, ScenarioError
+
+#: SGLang's EAGLE defaults when a dynamic tree is not given: --speculative-num-steps 5,
+#: --speculative-eagle-topk 4, --speculative-num-draft-tokens 8 (SGLang speculative decoding docs).
+SGLANG_DEFAULT_TREE = (4, 5, 8)
+
+
+def head_kv_bytes_per_token(target: Model) -> float:
+    """KV bytes per token of one decoder layer of the target's shape: ``2 · n_kv · d_h · 2``."""
+    s = target.spec
+    return float(2 * s.num_kv_heads * s.head_dim * BF16_BYTES)
+
+
+def eagle1_network(target: Model) -> DraftNetwork:
+    """EAGLE-1's head for ``target``: fc 2H→H + one decoder layer; the target's lm_head."""
+    s = target.spec
+    body = 2.0 * s.hidden_size * s.hidden_size + decoder_layer_params(target)
+    return DraftNetwork(
+        name=f"eagle-head/{target.name}",
+        body_params=body,
+        head_params=float(s.vocab_size * s.hidden_size),
+        resident_bytes=body * BF16_BYTES,  # the lm_head is the target's own
+        num_layers=1,
+        num_gemms=6,  # fc, QKV, O, gate-up, down, lm_head
+        kv_bytes_per_token=head_kv_bytes_per_token(target),
+        num_kv_heads=s.num_kv_heads,
+        attention_flops_per_pair=float(4 * s.num_heads * s.head_dim),
+    )
+
+
+def tree_level_nodes(proposal: Proposal) -> list[float]:
+    """Nodes per sequence that each later forward (1..depth−1) expands: levels 1..depth−1."""
+    widths = proposal.tree_widths or (1,) * proposal.depth
+    return [float(n) for n in np.cumprod(widths)[:-1]]
+
+
+def tree_proposal(ctx: BuildContext, rates: Any) -> tuple[Proposal, list[float]]:
+    """The proposal and per-forward nodes for ``speculation`` (chain, static or dynamic tree).
+
+    Raise ScenarioError if a dynamic tree is given for a method that drafts static trees.
+    """
+    spec = ctx.scenario.speculation
+    tree = spec.tree
+    dynamic = tree is not None and tree.shape is None
+    if ctx.method == "eagle2" or dynamic:
+        if ctx.method not in ("eagle2", "eagle3", "mtp"):
+            raise ScenarioError(
+                f"speculation.tree: {ctx.method!r} verifies a chain or a static tree.shape; "
+                "a dynamic tree {topk, depth, num_draft_tokens} is method 'eagle2' (or eagle3/mtp)"
+            )
+        if tree is None:
+            topk, depth, num_draft_tokens = SGLANG_DEFAULT_TREE
+        else:
+            if tree.topk is None or tree.depth is None or tree.num_draft_tokens is None:
+                raise InvariantError("speculation.tree: the schema let through a partial tree")
+            topk, depth, num_draft_tokens = tree.topk, tree.depth, tree.num_draft_tokens
+        proposal = eagle2_effective_proposal(topk, depth, num_draft_tokens, rates)
+        # depth − 1 forwards over the top-k nodes expanded at each level.
+        return proposal, [float(topk)] * (depth - 1)
+    if tree is not None and tree.shape is not None:
+        proposal = Proposal.static_tree(tree.shape)
+        return proposal, tree_level_nodes(proposal)
+    proposal = Proposal.chain(spec.num_speculative_tokens)
+    return proposal, tree_level_nodes(proposal)
+
+
+def conditional_rates_of(acceptance: AcceptanceModel) -> Any:
+    """The chain's conditional rates if the model has them (EAGLE-2 ranks its tree with them)."""
+    return getattr(acceptance, "conditional_rates", None)
+
+
+class EagleStrategy(ForwardProposer):
+    """EAGLE-family drafting: a first (catch-up) forward, then one forward per tree level."""
+
+    def __init__(
+        self,
+        name: str,
+        proposal: Proposal,
+        acceptance: AcceptanceModel,
+        overheads: DraftOverheads,
+        first: NetworkCost,
+        later: NetworkCost,
+        level_nodes: list[float],
+        tp: int,
+    ) -> None:
+        super().__init__(proposal, acceptance, overheads)
+        self.name = name
+        self.first = first
+        self.later = later
+        self.level_nodes = list(level_nodes)
+        self.tp = tp
+
+    def forwards(self, batch: Batch) -> list[Forward]:
+        out = [batch.catch_up(self.first.forward_s)]
+        for index, nodes in enumerate(self.level_nodes, start=1):
+            out.append(batch.step_forward(index, nodes, self.later.forward_s))
+        return out
+
+    def weight_bytes_per_gpu(self) -> float:
+        resident = self.first.network.resident_bytes
+        if self.later.network is not self.first.network:
+            resident = max(resident, self.later.network.resident_bytes)
+        return resident / self.tp
+
+    def extra_kv_bytes_per_token(self) -> float:
+        return self.later.network.kv_bytes_per_token
+
+
+def build_eagle(ctx: BuildContext) -> EagleStrategy:
+    """EAGLE-1 (``eagle``) or EAGLE-2 (``eagle2``) for the scenario's target.
+
+    Raise ScenarioError if the tree form does not suit the method.
+    """
+    acceptance = ctx.acceptance()
+    proposal, level_nodes = tree_proposal(ctx, conditional_rates_of(acceptance))
+    cost = NetworkCost(eagle1_network(ctx.model), ctx.cost_model, ctx.tp)
+    return EagleStrategy(
+        ctx.method,
+        proposal,
+        acceptance,
+        load_draft_overheads(ctx.engine_preset, ctx.method),
+        cost,
+        cost,
+        level_nodes,
+        ctx.tp,
+    )

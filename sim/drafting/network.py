@@ -1,0 +1,113 @@
+"""A draft network's forward pass, costed with the verifier's own efficiency roofline.
+
+Drafting heads (EAGLE, Medusa, MTP) are not catalogue models: an EAGLE head is one decoder layer of
+the target's shape plus a fusion matrix, and it reads the target's lm_head. :class:`DraftNetwork`
+holds the sizes of such a network and :class:`NetworkCost` maps one forward of it to seconds with
+the same per-operator-class rooflines as :class:`sim.cost_model.StepCostModel` (COST_MODEL.md):
+
+* linear layers ``smooth_max(w_bytes/(TP·η_bw·BW), 2·(P_body·N + P_head·N_logits)/(TP·η_fl·F))``
+  plus the fitted per-GEMM floor for each GEMM kernel of the network;
+* attention ``max(Σn·kv_tok/(min(TP, n_kv)·η_bw·BW), 4·L·n_h·d_h·pairs/(TP·η_fl·F))``;
+* two all-reduces per layer under tensor parallelism (latency only: draft messages are tiny).
+
+Full draft models are catalogue models and use ``StepCostModel.forward_time`` instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from sim.catalogue import BF16_BYTES, Model
+from sim.cost_model import StepCostModel, smooth_max
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class DraftNetwork:
+    """The sizes of a draft network that one forward reads and computes.
+
+    ``body_params``: parameters every token multiplies by (fusion fc, decoder layers, ResBlocks);
+    ``head_params``: lm_head parameters per logit row (``V_draft·H``; summed over Medusa heads);
+    ``weight_bytes``: bytes read per forward (body + head, bf16); ``resident_bytes``: bytes kept
+    in GPU memory that the target does not already hold; ``num_gemms``: GEMM kernels launched per
+    forward. Raise ValueError if a size is negative.
+    """
+
+    name: str
+    body_params: float
+    head_params: float
+    resident_bytes: float
+    num_layers: int
+    num_gemms: int
+    kv_bytes_per_token: float = 0.0
+    num_kv_heads: int = 1
+    attention_flops_per_pair: float = 0.0
+
+    def __post_init__(self) -> None:
+        for field_name in ("body_params", "head_params", "resident_bytes", "kv_bytes_per_token"):
+            if getattr(self, field_name) < 0:
+                raise ValueError(f"draft network {self.name}: {field_name} must be >= 0")
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of weights one forward reads (bf16)."""
+        return (self.body_params + self.head_params) * BF16_BYTES
+
+
+def decoder_layer_params(target: Model, qkv_input_multiple: int = 1) -> float:
+    """Parameters of one dense decoder layer of ``target``'s shape (MoE: the routed experts one
+    token reaches, as the per-token work; see ``resident`` for what is stored).
+
+    ``qkv_input_multiple`` widens the q/k/v projections' input (EAGLE-3 feeds ``2H``: the token
+    embedding concatenated with the fused feature; SafeAILab/EAGLE ``eagle/model/cnets.py``).
+    """
+    s = target.spec
+    q_out, kv_out = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
+    attention = qkv_input_multiple * s.hidden_size * (q_out + 2 * kv_out) + q_out * s.hidden_size
+    experts = s.experts_per_token if s.num_experts > 1 else 1
+    return float(attention + experts * target.expert_params_per_layer + 2 * s.hidden_size)
+
+
+class NetworkCost:
+    """Seconds of one forward of a :class:`DraftNetwork` on the verifier's GPUs.
+
+    ``tp``: GPUs the network is sharded over (EAGLE heads and MTP modules run at the target's TP).
+    Raise ValueError if ``tp`` < 1.
+    """
+
+    def __init__(self, network: DraftNetwork, cost_model: StepCostModel, tp: int) -> None:
+        if tp < 1:
+            raise ValueError(f"draft tensor-parallel degree must be >= 1, got {tp}")
+        self.network = network
+        self.tp = tp
+        eff, gpu = cost_model.efficiency, cost_model.gpu
+        self._p = eff.roofline_p
+        self._bw = tp * eff.bandwidth * gpu.hbm_bandwidth_bytes_per_s
+        self._kv_bw = min(tp, network.num_kv_heads) * eff.bandwidth * gpu.hbm_bandwidth_bytes_per_s
+        self._flops = tp * eff.flops * gpu.bf16_dense_flops
+        self._floor_s = network.num_gemms * eff.gemm_floor_s
+        self._allreduce_s = (
+            2.0 * network.num_layers * gpu.allreduce_latency_at(tp) if tp > 1 else 0.0
+        )
+
+    def forward_s(
+        self,
+        num_tokens: ArrayLike,
+        num_logit_tokens: ArrayLike,
+        kv_read_tokens: ArrayLike = 0.0,
+        attention_pairs: ArrayLike = 0.0,
+    ) -> FloatArray:
+        """One forward over ``num_tokens`` tokens producing ``num_logit_tokens`` logit rows."""
+        n = np.asarray(num_tokens, dtype=np.float64)
+        n_logits = np.asarray(num_logit_tokens, dtype=np.float64)
+        net = self.network
+        flops = 2.0 * (net.body_params * n + net.head_params * n_logits)
+        linear = smooth_max(net.weight_bytes / self._bw, flops / self._flops, self._p)
+        kv_bytes = np.asarray(kv_read_tokens, dtype=np.float64) * net.kv_bytes_per_token
+        attn_flops = np.asarray(attention_pairs, dtype=np.float64) * net.attention_flops_per_pair
+        attention = np.maximum(kv_bytes / self._kv_bw, attn_flops / self._flops)
+        return np.asarray(linear + self._floor_s + attention + self._allreduce_s)
