@@ -25,6 +25,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from calibration.parsers import detect_kind, parse_artifact
+from calibration.parsers.request_timings import resolve_requests_file
 from calibration.replay import read_replay_requests
 from calibration.schema import ParsedArtifact
 from sim.errors import CalibrationError, SpecsimError
@@ -79,6 +80,8 @@ def read_measured_run(path: Path) -> MeasuredRun:
     Raise CalibrationError naming the file if it has no per-request TTFT and end-to-end latency.
     """
     path = Path(path)
+    if detect_kind(path) == "vllm_request_timings":
+        path = resolve_requests_file(path)
     replay = read_replay_requests(path)
     artifact = parse_artifact(path, detect_kind(path))
     requests = artifact.requests

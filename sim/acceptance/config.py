@@ -100,6 +100,11 @@ def _build(
     if config.mean_acceptance_length is not None:
         return TargetTauModel(config.mean_acceptance_length, match_rate=chain_match)
     if config.profile is not None:
+        # Imported here: sim.profiles imports the acceptance models this package defines.
+        from sim.profiles import is_profile_reference, load_acceptance_profile
+
+        if is_profile_reference(config.profile):
+            return load_acceptance_profile(config.profile, base_dir, method)
         return profile_model(config.profile, temperature, match_rate, data_dir)
     if config.trace is None:
         raise InvariantError("speculation.acceptance: the validator let through no source")

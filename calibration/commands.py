@@ -1,0 +1,107 @@
+"""The ``specsim calibrate`` command, registered on the application by :func:`register`.
+
+``specsim calibrate ARTIFACT… --out PROFILE.yaml [--gpu …] [--model …] [--tp …] [--check]
+[--json]`` fits everything the artifacts allow (:func:`calibration.calibrate.calibrate`), writes the
+profile and prints the fit quality: each fitted value with its 95 % interval, the residuals, and
+with ``--check`` the predicted against measured TTFT and TPOT, in sample and on held-out requests.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from calibration.calibrate import calibrate
+from calibration.check import format_check
+from calibration.profile import write_profile
+from sim.catalogue import gpu_names, model_names
+from sim.cli import user_errors
+from sim.errors import CalibrationError
+
+
+def summary_lines(document: dict[str, Any], seconds: float) -> list[str]:
+    """The human-readable fit report of a profile document."""
+    lines = [f"profile {document['name']} ({seconds:.1f} s)"]
+    engine = document.get("engine")
+    if engine:
+        lines.append(
+            f"engine on {engine['gpu']} / {engine['model']} TP{engine['tensor_parallel_size']}:"
+        )
+        for key in ("step_overhead_s", "per_sequence_overhead_s"):
+            low, high = engine["ci95"][key]
+            lines.append(
+                f"  {key:24} {engine[key] * 1e3:9.4f} ms  (95% {low * 1e3:.4f} .. {high * 1e3:.4f})"
+            )
+        for key, value in engine["residuals"].items():
+            lines.append(f"  {key:24} {value:+.4g}")
+    for method, entry in (document.get("acceptance") or {}).items():
+        rates = entry.get("conditional_rates")
+        tau = entry.get("mean_acceptance_length")
+        text = f"acceptance {method}: tau {tau:.3f}" if tau is not None else f"acceptance {method}:"
+        if entry.get("num_speculative_tokens"):
+            text += f" at k = {entry['num_speculative_tokens']}"
+        if rates:
+            text += "; conditional rates " + ", ".join(f"{r:.3f}" for r in rates)
+        lines.append(text)
+        worst = max((abs(v) for v in entry.get("residuals", {}).values()), default=None)
+        if worst is not None:
+            lines.append(f"  largest residual {worst:.2%}")
+    if document.get("check"):
+        lines.extend(format_check(document["check"]))
+    for rejected in document["provenance"]["rejected"]:
+        lines.append(f"skipped {rejected['file']}: {rejected['reason']}")
+    return lines
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``calibrate`` command to ``app``."""
+
+    @app.command("calibrate")
+    @user_errors
+    def calibrate_command(
+        artifacts: Annotated[
+            list[Path], typer.Argument(help="Artifacts: result JSON, logs, scrapes, traces.")
+        ],
+        out: Annotated[Path, typer.Option("--out", help="Profile YAML to write.")],
+        gpu: Annotated[
+            str | None, typer.Option(help=f"GPU of the run: {', '.join(gpu_names())}.")
+        ] = None,
+        model: Annotated[str | None, typer.Option(help="Catalogue model of the run.")] = None,
+        tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree of the run.")] = None,
+        check: Annotated[
+            bool, typer.Option("--check", help="Replay and compare; refit on half, check on half.")
+        ] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
+    ) -> None:
+        """Fit a profile (engine overheads, acceptance) to real vLLM/SGLang artifacts."""
+        if gpu is not None and gpu not in gpu_names():
+            raise CalibrationError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(gpu_names())}")
+        if model is not None and model not in model_names():
+            raise CalibrationError(
+                f"--model: unknown model {model!r}; known: {', '.join(model_names())}"
+            )
+        if tp is not None and tp < 1:
+            raise CalibrationError(f"--tp: must be >= 1, got {tp}")
+        command = "specsim calibrate " + " ".join(shlex.quote(str(a)) for a in artifacts)
+        result = calibrate(
+            artifacts,
+            gpu=gpu,
+            model=model,
+            tp=tp,
+            check=check,
+            name=out.stem,
+            command=command,
+        )
+        write_profile(result.document, out)
+        if as_json:
+            typer.echo(json.dumps(result.document, indent=2))
+            return
+        console = Console()
+        for line in summary_lines(result.document, result.seconds):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+        console.print(f"wrote {out}", highlight=False, markup=False)
