@@ -1,0 +1,273 @@
+"""The multi-run commands of the ``specsim`` command line: ``compare``, ``sweep`` and ``plan``.
+
+``register(app)`` adds them to the application. Each validates its whole input (the scenario,
+every override, every grid point, the SLO) before the first run, and reports a user's mistake
+as one message with exit code 2.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+from rich import box
+from rich.table import Table
+
+ScenarioArg = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Scenario YAML file; the embedded default scenario when omitted.", show_default=False
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=8"),
+]
+
+
+def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, Any], Path, str]:
+    """The scenario mapping with ``--set`` overrides applied, validated, with its folder and name.
+
+    Raise ScenarioError if the file, an override or the resulting scenario is invalid.
+    """
+    from sim.scenario import apply_override, read_document, validate_document
+
+    document, base_dir, source = read_document(path)
+    document = copy.deepcopy(document)
+    for assignment in overrides:
+        apply_override(document, assignment)
+    validate_document(document, source)
+    return document, base_dir, source
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def comparison_table(frame: pd.DataFrame, title: str) -> Table:
+    """The comparison as a terminal table; speed-up is TPOT p50 of ``none`` over the method's."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    columns = (
+        ("method", "method", 0),
+        ("output_throughput_tok_s", "tok/s", 0),
+        ("ttft_p50_ms", "TTFT\np50", 1),
+        ("ttft_p99_ms", "TTFT\np99", 1),
+        ("tpot_p50_ms", "TPOT\np50", 2),
+        ("tpot_p99_ms", "TPOT\np99", 2),
+        ("itl_p50_ms", "ITL\np50", 2),
+        ("itl_p99_ms", "ITL\np99", 2),
+        ("mean_acceptance_length", "acc.\nlen", 2),
+        ("speedup_vs_none", "speed\nup", 2),
+    )
+    for _, label, _ in columns:
+        table.add_column(label, justify="left" if label == "method" else "right", no_wrap=True)
+    for _, row in frame.iterrows():
+        if row["status"] != "ok":
+            table.add_row(row["method"], "-", *[""] * (len(columns) - 2))
+            continue
+        table.add_row(*(_fmt(row[key], digits) for key, _, digits in columns))
+    table.caption = "latencies in ms; speed-up = TPOT p50 of none / TPOT p50 of the method"
+    return table
+
+
+def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Table:
+    """The capacity plan as a terminal table."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for label in ("method", "max req/s", "bracket", "per-seed", "out tok/s", "nodes", "$/M tok"):
+        table.add_column(label, justify="left" if label == "method" else "right", no_wrap=True)
+    for row in rows:
+        name = f"{row['method']} *" if row["method"] == winner else row["method"]
+        if row["status"] == "unsupported":
+            table.add_row(name, "not run", "", "", "", "", "")
+            continue
+        low, high = row["bracket_low_per_s"], row["bracket_high_per_s"]
+        seeds = row.get("per_seed_max_rate_per_s") or []
+        table.add_row(
+            name,
+            _fmt(row["max_rate_per_s"], 2),
+            f"[{_fmt(low, 2)}, {_fmt(high, 2)})",
+            f"{min(seeds):.2f}-{max(seeds):.2f}" if seeds else "-",
+            _fmt(row.get("output_throughput_tok_s"), 0),
+            _fmt(row.get("nodes_needed")),
+            _fmt(row.get("cost_per_million_output_tokens_usd"), 3),
+        )
+    table.caption = "* winner; bracket = [highest rate that held, lowest that failed)"
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``compare``, ``sweep`` and ``plan`` to ``app``."""
+    from sim.cli import console, err_console, user_errors
+
+    @app.command()
+    @user_errors
+    def compare(
+        scenario: ScenarioArg = None,
+        methods: Annotated[
+            str, typer.Option("--methods", help="Comma-separated methods, e.g. none,eagle3,ngram.")
+        ] = "none",
+        out: Annotated[Path | None, typer.Option("--out", help="Output folder.")] = None,
+        set_: SetOpt = None,
+    ) -> None:
+        """Run every method on the same arrivals and lengths and compare them with none."""
+        from reports.comparison import compare_methods, parse_methods, save_comparison
+        from sim.output import fresh_results_dir
+        from sim.scenario import validate_document
+
+        document, base_dir, source = load_document(scenario, set_ or [])
+        name = validate_document(document, source).name
+        method_names, added = parse_methods(methods)
+        if added:
+            err_console.print("none added as the baseline for speed-ups", highlight=False)
+        runs = compare_methods(document, base_dir, source, method_names)
+        out_dir = out if out is not None else fresh_results_dir(Path("results"), f"{name}-compare")
+        frame = save_comparison(runs, out_dir)
+        console.print(comparison_table(frame, f"{name}: methods on identical requests"))
+        for run in runs:
+            if run.reason is not None:
+                err_console.print(f"{run.method} not run: {run.reason}", highlight=False)
+            for note in run.adjustments:
+                err_console.print(f"{run.method}: {note}", highlight=False)
+        err_console.print(f"results written to {out_dir}", highlight=False)
+
+    @app.command()
+    @user_errors
+    def sweep(
+        scenario: ScenarioArg = None,
+        grid: Annotated[
+            list[str] | None,
+            typer.Option("--grid", help="KEY.PATH=V1,V2,... (repeat for a cartesian grid)."),
+        ] = None,
+        workers: Annotated[
+            int | None, typer.Option("--workers", min=1, help="Local processes (default: cores).")
+        ] = None,
+        scheduler: Annotated[
+            str | None, typer.Option("--scheduler", help="Dask scheduler address to run on.")
+        ] = None,
+        out: Annotated[Path, typer.Option("--out", help="Output folder (rerun to resume).")] = Path(
+            "results/sweep"
+        ),
+        set_: SetOpt = None,
+    ) -> None:
+        """Run a grid of scenarios in parallel, resumably, into one tidy table."""
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        from reports.sweep import expand_grid, parse_grid, run_sweep, write_manifest
+
+        document, base_dir, source = load_document(scenario, set_ or [])
+        axes = parse_grid(grid or [])
+        points = expand_grid(document, axes, source)
+        out.mkdir(parents=True, exist_ok=True)
+        write_manifest(out, source, axes, set_ or [])
+        progress = Progress(
+            TextColumn("sweep"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=err_console,
+            disable=not err_console.is_terminal,
+        )
+        with progress:
+            task = progress.add_task("sweep", total=len(points))
+            outcome = run_sweep(
+                points,
+                out,
+                base_dir,
+                workers=workers or os.cpu_count() or 1,
+                scheduler=scheduler,
+                on_point=lambda _: progress.advance(task),
+            )
+            progress.update(task, completed=outcome.num_reused + outcome.num_run)
+        err_console.print(
+            f"{len(points)} points: {outcome.num_run} run, {outcome.num_reused} already finished, "
+            f"{len(outcome.failed)} failed; table in {out / 'sweep.csv'}",
+            highlight=False,
+        )
+        if outcome.interrupted:
+            err_console.print("interrupted: finished points kept; rerun to resume", highlight=False)
+            raise typer.Exit(code=130)
+        for point_id, error in outcome.failed.items():
+            last = error.strip().splitlines()[-1]
+            err_console.print(f"point {point_id} failed: {last}", highlight=False)
+        if outcome.failed:
+            raise typer.Exit(code=1)
+
+    @app.command()
+    @user_errors
+    def plan(
+        scenario: ScenarioArg = None,
+        slo: Annotated[
+            str | None,
+            typer.Option("--slo", help="e.g. 'ttft_p99_ms<=2000,tpot_p50_ms<=50'; default: slo:"),
+        ] = None,
+        methods: Annotated[
+            str | None,
+            typer.Option("--methods", help="Methods to plan (default: none and the scenario's)."),
+        ] = None,
+        target_qps: Annotated[
+            float | None, typer.Option("--target-qps", min=0.0, help="Rate to size nodes for.")
+        ] = None,
+        gpu_hour_usd: Annotated[
+            float | None, typer.Option("--gpu-hour-usd", min=0.0, help="Price of one GPU-hour.")
+        ] = None,
+        out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("results/plan"),
+        seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per probed rate.")] = 3,
+        requests: Annotated[
+            int | None,
+            typer.Option(
+                "--requests", min=10, help="Requests per probe (default: min(scenario, 1000))."
+            ),
+        ] = None,
+        tolerance: Annotated[
+            float, typer.Option("--tolerance", min=0.001, max=0.5, help="Relative bracket width.")
+        ] = 0.05,
+        workers: Annotated[
+            int | None, typer.Option("--workers", min=1, help="Local processes (default: cores).")
+        ] = None,
+        set_: SetOpt = None,
+    ) -> None:
+        """The highest request rate each method sustains under the SLO, nodes and cost."""
+        from reports.capacity import plan_capacity
+
+        document, base_dir, source = load_document(scenario, set_ or [])
+        result = plan_capacity(
+            document,
+            base_dir,
+            source,
+            slo_text=slo,
+            methods_text=methods,
+            target_qps=target_qps,
+            gpu_hour_usd=gpu_hour_usd,
+            num_seeds=seeds,
+            num_requests=requests,
+            tolerance=tolerance,
+            workers=workers or os.cpu_count() or 1,
+            out_dir=out,
+        )
+        console.print(
+            plan_table(
+                result["methods"],
+                f"{result['scenario']}: capacity under {', '.join(result['slo'])}",
+                result["winner"],
+            )
+        )
+        for note in result["notes"]:
+            err_console.print(note, highlight=False)
+        err_console.print(f"plan written to {out}", highlight=False)

@@ -1,0 +1,256 @@
+"""Side-by-side comparison of drafting strategies on one workload (``specsim compare``).
+
+Every method runs the same scenario with the same seed. Arrivals and lengths come from the named
+random streams ``arrivals``, ``prompt_tokens`` and ``output_tokens``, which no strategy touches, so
+each method serves exactly the same requests at exactly the same times (common random numbers): the
+differences in the table are the strategies', not the sample's. The comparison checks this after
+the runs and raises InvariantError if it ever fails.
+
+When the scenario's speculation settings name things that belong to one method only (a draft model,
+a trace field or profile of another method, a tree for a chain-only method), those keys are dropped
+for the methods they do not fit, so each method runs with its own defaults; every such change is
+written in the ``adjustments`` column.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from sim.acceptance.config import TRACE_METHODS
+from sim.acceptance.profiles import PROFILE_METHOD
+from sim.errors import InvariantError, ScenarioError, SpecsimError
+from sim.output import atomic_write, write_table
+from sim.results import save_result
+from sim.run import ScenarioResult, run_scenario
+from sim.scenario import METHODS, validate_document
+
+BASELINE = "none"
+COMPARISON_FILE = "comparison.csv"
+FIGURE_FILE = "comparison.png"
+#: Methods that draft a single chain: a ``tree`` key means nothing to them.
+CHAIN_ONLY_METHODS = frozenset({"ngram", "draft_model", "mtp", "lookahead"})
+#: Columns read from the summary into the table, in table order.
+METRIC_COLUMNS = (
+    "output_throughput_tok_s",
+    "request_throughput_req_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+)
+
+
+@dataclass
+class MethodRun:
+    """One method's outcome: its result, or the reason it could not run, and what was adjusted."""
+
+    method: str
+    result: ScenarioResult | None
+    reason: str | None = None
+    adjustments: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None
+
+
+def method_list(text: str) -> list[str]:
+    """The methods of a ``--methods a,b,c`` list, in order, without repeats.
+
+    Raise ScenarioError naming the first unknown method, or if the list is empty.
+    """
+    methods: list[str] = []
+    for raw in text.split(","):
+        name = raw.strip()
+        if not name:
+            continue
+        if name not in METHODS:
+            raise ScenarioError(f"--methods: unknown method {name!r}; known: {', '.join(METHODS)}")
+        if name not in methods:
+            methods.append(name)
+    if not methods:
+        raise ScenarioError(f"--methods: no method given in {text!r}")
+    return methods
+
+
+def parse_methods(text: str) -> tuple[list[str], bool]:
+    """As :func:`method_list` with the ``none`` baseline first, and whether it had to be added.
+
+    Raise ScenarioError as :func:`method_list` does.
+    """
+    methods = method_list(text)
+    added = BASELINE not in methods
+    return [BASELINE, *(m for m in methods if m != BASELINE)], added
+
+
+def _acceptance_misfit(acceptance: dict[str, Any], method: str) -> str | None:
+    """Why the scenario's ``speculation.acceptance`` does not describe ``method``, or None."""
+    if acceptance.get("trace") is not None:
+        # The trace's field defaults by method (acc_ngram for ngram, acc_eagle otherwise), as in
+        # sim.acceptance.config; it fits only the method whose acceptance that field measured.
+        chosen = acceptance.get("trace_field") or (
+            "acc_ngram" if method == "ngram" else "acc_eagle"
+        )
+        if TRACE_METHODS.get(method) != chosen:
+            return f"trace field {chosen} does not measure {method}'s acceptance"
+    if acceptance.get("profile") is not None:
+        profile = str(acceptance["profile"])
+        if profile.split("/")[0] != PROFILE_METHOD.get(method, method):
+            return f"profile {profile} is not a {method} profile"
+    return None
+
+
+def method_document(document: dict[str, Any], method: str) -> tuple[dict[str, Any], list[str]]:
+    """The scenario document with ``speculation.method`` set to ``method``, and what was dropped.
+
+    The other speculation keys are kept unless they belong to another method; dropped keys fall
+    back to ``method``'s own defaults.
+    """
+    out = copy.deepcopy(document)
+    speculation = dict(out.get("speculation") or {})
+    notes: list[str] = []
+    if method == BASELINE:
+        out["speculation"] = {"method": BASELINE}
+        return out, notes
+    speculation["method"] = method
+    if method != "draft_model":
+        for key in ("draft_model", "draft_tp"):
+            if speculation.pop(key, None) is not None:
+                notes.append(f"speculation.{key} dropped (draft_model only)")
+    if method in CHAIN_ONLY_METHODS and speculation.pop("tree", None) is not None:
+        notes.append(f"speculation.tree dropped ({method} drafts a chain)")
+    acceptance = speculation.get("acceptance")
+    if isinstance(acceptance, dict):
+        misfit = _acceptance_misfit(acceptance, method)
+        if misfit is not None:
+            del speculation["acceptance"]
+            notes.append(f"speculation.acceptance dropped ({misfit}); {method}'s default applies")
+    out["speculation"] = speculation
+    return out, notes
+
+
+def compare_methods(
+    document: dict[str, Any], base_dir: Path, source: str, methods: list[str]
+) -> list[MethodRun]:
+    """Run ``document`` once per method, on identical arrivals and lengths.
+
+    A method the scenario does not support becomes a run with its reason. Raise SpecsimError if
+    every method fails, and InvariantError if two methods saw different requests.
+    """
+    runs: list[MethodRun] = []
+    for method in methods:
+        variant, notes = method_document(document, method)
+        try:
+            scenario = validate_document(variant, f"{source} (method {method})")
+            result = run_scenario(scenario, base_dir)
+        except SpecsimError as exc:
+            runs.append(MethodRun(method, None, str(exc), notes))
+            continue
+        runs.append(MethodRun(method, result, None, notes))
+    finished = [run for run in runs if run.result is not None]
+    if not finished:
+        reasons = "; ".join(f"{run.method}: {run.reason}" for run in runs)
+        raise SpecsimError(f"no method could run: {reasons}")
+    _check_common_requests(finished, document)
+    return runs
+
+
+def _check_common_requests(runs: list[MethodRun], document: dict[str, Any]) -> None:
+    """Raise InvariantError unless every run served the same lengths (and, open loop, arrivals)."""
+    columns = ["prompt_tokens", "output_tokens"]
+    arrival = (document.get("workload") or {}).get("arrival") or {}
+    if arrival.get("process") != "closed_loop":
+        # In a closed loop the next arrival waits for a finish, so arrivals depend on the server.
+        columns.append("arrival_at_s")
+    first = runs[0]
+    assert first.result is not None
+    for run in runs[1:]:
+        assert run.result is not None
+        for column in columns:
+            if not np.array_equal(first.result.requests[column], run.result.requests[column]):
+                raise InvariantError(
+                    f"compare: {run.method} saw different {column} from {first.method}; "
+                    "common random numbers are broken"
+                )
+
+
+def comparison_frame(runs: list[MethodRun]) -> pd.DataFrame:
+    """One row per method: status, adjustments, headline metrics and ratios to ``none``.
+
+    ``speedup_vs_none`` is TPOT p50 of ``none`` over the method's (per-token decode speed-up at
+    the same load); ``throughput_vs_none`` is the ratio of output throughputs.
+    """
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        row: dict[str, Any] = {
+            "method": run.method,
+            "status": "ok" if run.ok else "unsupported",
+            "reason": run.reason,
+            "adjustments": "; ".join(run.adjustments) or None,
+        }
+        summary = run.result.summary if run.result is not None else {}
+        for column in METRIC_COLUMNS:
+            row[column] = _metric(summary, column)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    base = frame[frame["method"] == BASELINE]
+    base_tpot = float(base["tpot_p50_ms"].iloc[0]) if len(base) else float("nan")
+    base_tput = float(base["output_throughput_tok_s"].iloc[0]) if len(base) else float("nan")
+    frame["speedup_vs_none"] = base_tpot / frame["tpot_p50_ms"].astype(float)
+    frame["throughput_vs_none"] = frame["output_throughput_tok_s"].astype(float) / base_tput
+    return frame
+
+
+def _metric(summary: dict[str, Any], column: str) -> float:
+    """A summary figure by table column name (``ttft_p99_ms`` reads ``ttft_ms.p99``)."""
+    if not summary:
+        return float("nan")
+    if column in summary:
+        value = summary[column]
+    else:
+        name, stat, _ = column.rsplit("_", 2)
+        value = summary[f"{name}_ms"][stat]
+    return float("nan") if value is None else float(value)
+
+
+def comparison_figure(frame: pd.DataFrame) -> Figure:
+    """Bars of output throughput and of TPOT p50 (p99 as a whisker) per method that ran."""
+    ran = frame[frame["status"] == "ok"]
+    figure = Figure(figsize=(9, 3.8), layout="constrained")
+    left, right = figure.subplots(1, 2)
+    x = np.arange(len(ran))
+    left.bar(x, ran["output_throughput_tok_s"], color="tab:blue")
+    left.set_ylabel("output throughput (tok/s)")
+    p50 = ran["tpot_p50_ms"].to_numpy(dtype=float)
+    above = np.clip(ran["tpot_p99_ms"].to_numpy(dtype=float) - p50, 0.0, None)
+    right.bar(x, p50, color="tab:orange", yerr=[np.zeros_like(above), above], capsize=4)
+    right.set_ylabel("TPOT p50 (ms), whisker to p99")
+    for axes in (left, right):
+        axes.set_xticks(x, ran["method"], rotation=30, ha="right")
+        axes.grid(axis="y", alpha=0.3)
+    figure.suptitle("methods on identical arrivals and lengths")
+    return figure
+
+
+def save_comparison(runs: list[MethodRun], out_dir: Path) -> pd.DataFrame:
+    """Write each method's folder, ``comparison.csv`` and ``comparison.png``; return the table."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        if run.result is not None:
+            save_result(run.result, out_dir / run.method)
+    frame = comparison_frame(runs)
+    write_table(out_dir / COMPARISON_FILE, frame)
+    figure = comparison_figure(frame)
+    atomic_write(out_dir / FIGURE_FILE, lambda f: figure.savefig(f, format="png", dpi=120), True)
+    return frame

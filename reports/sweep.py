@@ -1,0 +1,393 @@
+"""Parameter sweeps as data: a grid of overrides becomes a list of points, each run in its folder.
+
+A point is identified by the hash of its resolved scenario (every default written out), so the
+same point always lands in ``points/<hash>/`` whatever the order of the grid or of ``--set``.
+A point is finished when its folder holds ``summary.json``; the file is written last and
+atomically, which is what makes a sweep resumable and an interruption harmless.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import signal
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from sim.errors import ScenarioError, SpecsimError
+from sim.output import write_json, write_table, write_yaml
+from sim.results import SCENARIO_FILE, SUMMARY_FILE, load_summary, save_result
+from sim.run import ScenarioResult, resolve_engine, resolved_document, run_scenario
+from sim.scenario import Scenario, apply_override, validate_document
+
+POINTS_DIR = "points"
+ERROR_FILE = "error.txt"
+MANIFEST_FILE = "sweep.json"
+TABLE_FILE = "sweep.csv"
+PARQUET_FILE = "sweep.parquet"
+HASH_CHARS = 12
+
+
+@dataclass(frozen=True)
+class GridAxis:
+    """One ``--grid KEY=V1,V2,…`` flag: a key path and its raw (YAML) values, in order."""
+
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One cartesian combination: its grid values, validated document and identity."""
+
+    values: dict[str, Any]
+    document: dict[str, Any]
+    resolved: dict[str, Any]
+    point_id: str
+
+
+@dataclass
+class PointOutcome:
+    """What running a point gave: its summary and records, or the error that stopped it."""
+
+    point_id: str
+    result: ScenarioResult | None
+    error: str | None
+
+
+def split_values(text: str) -> list[str]:
+    """Split ``a,b,[1, 2],{k: v}`` on the commas outside brackets, braces and quotes."""
+    parts: list[str] = []
+    depth, quote, start = 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [part.strip() for part in parts]
+
+
+def parse_grid(flags: list[str]) -> list[GridAxis]:
+    """The axes of ``--grid KEY=V1,V2,…`` flags.
+
+    Raise ScenarioError naming the flag if it has no ``=``, an empty value, or repeats a key.
+    """
+    axes: list[GridAxis] = []
+    for flag in flags:
+        key, sep, raw = flag.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ScenarioError(f"--grid {flag!r}: expected KEY.PATH=V1,V2,...")
+        values = split_values(raw)
+        if any(not value for value in values):
+            raise ScenarioError(f"--grid {flag!r}: empty value in the list")
+        if any(axis.key == key for axis in axes):
+            raise ScenarioError(f"--grid {key}: the key is given twice")
+        axes.append(GridAxis(key, tuple(values)))
+    if not axes:
+        raise ScenarioError("--grid: give at least one KEY=V1,V2,... axis")
+    return axes
+
+
+def point_identity(resolved: dict[str, Any]) -> str:
+    """The first hex digits of SHA-256 over the resolved scenario's canonical JSON."""
+    canonical = json.dumps(resolved, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:HASH_CHARS]
+
+
+def resolve(scenario: Scenario) -> dict[str, Any]:
+    """The scenario with the engine preset's defaults written out (as saved beside results)."""
+    return resolved_document(scenario, resolve_engine(scenario))
+
+
+def expand_grid(document: dict[str, Any], axes: list[GridAxis], source: str) -> list[SweepPoint]:
+    """Every point of the cartesian grid, each validated before any is run.
+
+    Raise ScenarioError naming the point and key path of the first invalid one, or if two grid
+    values resolve to the same scenario.
+    """
+    points: list[SweepPoint] = []
+    seen: dict[str, dict[str, Any]] = {}
+    for combination in itertools.product(*(axis.values for axis in axes)):
+        variant = copy.deepcopy(document)
+        values: dict[str, Any] = {}
+        for axis, raw in zip(axes, combination, strict=True):
+            apply_override(variant, f"{axis.key}={raw}")
+            values[axis.key] = yaml.safe_load(raw)
+        label = ", ".join(f"{axis.key}={raw}" for axis, raw in zip(axes, combination, strict=True))
+        scenario = validate_document(variant, f"{source} (point {label})")
+        resolved = resolve(scenario)
+        point_id = point_identity(resolved)
+        if point_id in seen:
+            raise ScenarioError(
+                f"--grid: points {seen[point_id]} and {values} resolve to the same scenario"
+            )
+        seen[point_id] = values
+        points.append(SweepPoint(values, variant, resolved, point_id))
+    return points
+
+
+def run_point(point_id: str, document: dict[str, Any], base_dir: str) -> PointOutcome:
+    """Run one point in a worker; its error (a traceback if it is a bug) is returned, not raised.
+
+    The per-step records are left out to keep what travels back from a worker small.
+    """
+    try:
+        scenario = validate_document(document, f"point {point_id}")
+        result = run_scenario(scenario, Path(base_dir))
+    except SpecsimError as exc:
+        return PointOutcome(point_id, None, f"{type(exc).__name__}: {exc}")
+    except Exception:
+        # A bug, not bad input: keep the whole traceback beside the point, and go on with the
+        # sweep; the command still exits non-zero and names the point.
+        return PointOutcome(point_id, None, traceback.format_exc())
+    result.steps = {}
+    return PointOutcome(point_id, result, None)
+
+
+def point_dir(out_dir: Path, point_id: str) -> Path:
+    """The folder of one point."""
+    return out_dir / POINTS_DIR / point_id
+
+
+def finished_summary(out_dir: Path, point_id: str) -> dict[str, Any] | None:
+    """The summary of a point finished by an earlier run, or None."""
+    folder = point_dir(out_dir, point_id)
+    if not (folder / SUMMARY_FILE).is_file():
+        return None
+    return load_summary(folder)
+
+
+def save_outcome(out_dir: Path, point: SweepPoint, outcome: PointOutcome) -> None:
+    """Write a finished point (summary last) or a failed one (``error.txt``), atomically."""
+    folder = point_dir(out_dir, point.point_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    if outcome.result is None:
+        write_yaml(folder / SCENARIO_FILE, point.resolved)
+        (folder / ERROR_FILE).write_text(f"{outcome.error}\n", encoding="utf-8")
+        return
+    (folder / ERROR_FILE).unlink(missing_ok=True)
+    save_result(outcome.result, folder, write_steps=False)
+
+
+def write_manifest(out_dir: Path, scenario: str, axes: list[GridAxis], sets: list[str]) -> None:
+    """Write ``sweep.json``: the command's scenario, grid and overrides, for reports and reruns."""
+    write_json(
+        out_dir / MANIFEST_FILE,
+        {
+            "scenario": scenario,
+            "grid": {axis.key: list(axis.values) for axis in axes},
+            "set": sets,
+        },
+    )
+
+
+def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary as one flat row: ``ttft_ms.p99`` becomes ``ttft_p99_ms``; lists become columns."""
+    row: dict[str, Any] = {}
+    for key, value in summary.items():
+        if isinstance(value, dict) and key.endswith("_ms"):
+            base = key.removesuffix("_ms")
+            for stat, figure in value.items():
+                row[f"{base}_{stat}_ms"] = figure
+        elif key == "measurement_window_s" and isinstance(value, list) and len(value) == 2:
+            row["measurement_start_s"], row["measurement_end_s"] = value
+        elif isinstance(value, dict | list):
+            row[key] = json.dumps(value)
+        else:
+            row[key] = value
+    return row
+
+
+def table_row(
+    point: SweepPoint, summary: dict[str, Any] | None, error: str | None
+) -> dict[str, Any]:
+    """One row of the sweep table: identity, grid values, status and flattened metrics."""
+    row: dict[str, Any] = {"point": point.point_id}
+    for key, value in point.values.items():
+        row[key] = (
+            value
+            if isinstance(value, str | int | float | bool) or value is None
+            else (json.dumps(value))
+        )
+    if summary is not None:
+        row["status"], row["error"] = "ok", None
+        for key, value in flatten_summary(summary).items():
+            row.setdefault(key, value)
+    else:
+        row["status"] = "failed" if error is not None else "pending"
+        row["error"] = None if error is None else error.strip().splitlines()[-1]
+    return row
+
+
+def parquet_ready(frame: Any) -> Any:
+    """A copy whose object columns hold one type each (strings), as Parquet requires."""
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].dtype == object:
+            out[column] = [
+                None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
+                for v in out[column]
+            ]
+    return out
+
+
+@dataclass
+class SweepOutcome:
+    """How a sweep ended: its table, what ran, was reused or failed, and whether interrupted."""
+
+    frame: pd.DataFrame
+    num_run: int = 0
+    num_reused: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    interrupted: bool = False
+
+
+def run_sweep(
+    points: list[SweepPoint],
+    out_dir: Path,
+    base_dir: Path,
+    *,
+    workers: int,
+    scheduler: str | None = None,
+    on_point: Callable[[PointOutcome], None] | None = None,
+) -> SweepOutcome:
+    """Run every point not finished before, saving each as it completes, then write the table.
+
+    Points run in ``workers`` local processes (in this process when 1), or on the Dask cluster
+    at ``scheduler``. Ctrl-C stops the sweep with every finished point kept and the table
+    written. Raise SpecsimError if the scheduler cannot be reached.
+    """
+    summaries: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+    outcome = SweepOutcome(pd.DataFrame())
+    pending: list[SweepPoint] = []
+    for point in points:
+        summary = finished_summary(out_dir, point.point_id)
+        if summary is None:
+            pending.append(point)
+        else:
+            summaries[point.point_id] = summary
+    outcome.num_reused = len(summaries)
+    by_id = {point.point_id: point for point in points}
+    try:
+        for done in _outcomes(pending, str(base_dir), workers, scheduler):
+            save_outcome(out_dir, by_id[done.point_id], done)
+            if done.result is not None:
+                summaries[done.point_id] = done.result.summary
+            else:
+                errors[done.point_id] = done.error or "unknown error"
+            outcome.num_run += 1
+            if on_point is not None:
+                on_point(done)
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+    finally:
+        outcome.frame = write_sweep_table(out_dir, points, summaries, errors)
+    outcome.failed = errors
+    return outcome
+
+
+def write_sweep_table(
+    out_dir: Path,
+    points: list[SweepPoint],
+    summaries: dict[str, dict[str, Any]],
+    errors: dict[str, str],
+) -> pd.DataFrame:
+    """Write ``sweep.csv`` (and ``sweep.parquet`` when pyarrow is installed); return the table."""
+    rows = [
+        table_row(point, summaries.get(point.point_id), errors.get(point.point_id))
+        for point in points
+    ]
+    frame = pd.DataFrame(rows)
+    write_table(out_dir / TABLE_FILE, frame)
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return frame
+    write_table(out_dir / PARQUET_FILE, parquet_ready(frame))
+    return frame
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group; only the parent decides what to keep.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _outcomes(
+    points: list[SweepPoint], base_dir: str, workers: int, scheduler: str | None
+) -> Iterator[PointOutcome]:
+    """Outcomes of ``points`` in the order they complete."""
+    if not points:
+        return
+    if scheduler is not None:
+        yield from _dask_outcomes(points, base_dir, scheduler)
+        return
+    if workers <= 1:
+        for point in points:
+            yield run_point(point.point_id, point.document, base_dir)
+        return
+    executor = ProcessPoolExecutor(
+        max_workers=min(workers, len(points)), initializer=_ignore_sigint
+    )
+    try:
+        futures = [
+            executor.submit(run_point, point.point_id, point.document, base_dir) for point in points
+        ]
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _dask_outcomes(
+    points: list[SweepPoint], base_dir: str, scheduler: str
+) -> Iterator[PointOutcome]:
+    """Outcomes of ``points`` run on an existing Dask cluster.
+
+    Relative paths in the scenario resolve against ``base_dir`` on the workers, so a cluster on
+    other machines needs the same files at the same place. Raise SpecsimError if dask.distributed
+    is missing or the scheduler cannot be reached.
+    """
+    try:
+        from dask.distributed import Client
+        from dask.distributed import as_completed as dask_as_completed
+    except ImportError:
+        raise SpecsimError(
+            "--scheduler needs dask.distributed: pip install 'specsim[distributed]'"
+        ) from None
+    try:
+        client = Client(scheduler, timeout="10s")
+    except (OSError, TimeoutError) as exc:
+        raise SpecsimError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+    futures = []
+    try:
+        futures = [
+            client.submit(
+                run_point, point.point_id, point.document, base_dir, key=f"specsim-{point.point_id}"
+            )
+            for point in points
+        ]
+        for future in dask_as_completed(futures):
+            yield future.result()
+    finally:
+        client.cancel(futures)
+        client.close()

@@ -1,0 +1,140 @@
+"""specsim compare: common random numbers, method-specific keys, unsupported methods as rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import reports.comparison as comparison
+from reports.comparison import method_document, parse_methods
+from sim.errors import ScenarioError
+
+SMALL = ["--set", "workload.num_requests=60"]
+
+
+def test_parse_methods_puts_the_baseline_first_and_says_when_it_added_it() -> None:
+    assert parse_methods("eagle3, ngram,eagle3") == (["none", "eagle3", "ngram"], True)
+    assert parse_methods("ngram,none") == (["none", "ngram"], False)
+    with pytest.raises(ScenarioError, match="'eagle9'"):
+        parse_methods("none,eagle9")
+    with pytest.raises(ScenarioError, match="no method"):
+        parse_methods(" , ")
+
+
+def _document(**speculation: Any) -> dict[str, Any]:
+    return {"speculation": {"method": "eagle3", **speculation}, "workload": {"num_requests": 10}}
+
+
+def test_a_trace_field_of_another_method_is_dropped_and_noted() -> None:
+    document = _document(acceptance={"trace": "llama-3.1-8b/sharegpt", "trace_field": "acc_eagle"})
+    kept, notes = method_document(document, "eagle3")
+    assert kept["speculation"]["acceptance"] == document["speculation"]["acceptance"]
+    assert notes == []
+    dropped, notes = method_document(document, "ngram")
+    assert "acceptance" not in dropped["speculation"]
+    assert dropped["speculation"]["method"] == "ngram"
+    assert len(notes) == 1 and "acc_eagle" in notes[0]
+    # The original is untouched.
+    assert document["speculation"]["method"] == "eagle3"
+
+
+def test_a_trace_without_a_field_fits_both_traced_methods() -> None:
+    document = _document(acceptance={"trace": "llama-3.1-8b/sharegpt"})
+    for method in ("eagle3", "ngram"):
+        variant, notes = method_document(document, method)
+        assert variant["speculation"]["acceptance"] == {"trace": "llama-3.1-8b/sharegpt"}
+        assert notes == []
+    _, notes = method_document(document, "medusa")
+    assert notes and "medusa" in notes[0]
+
+
+def test_generic_acceptance_is_kept_and_other_methods_keys_are_dropped() -> None:
+    document = _document(
+        num_speculative_tokens=5,
+        acceptance={"alpha": 0.7},
+        draft_model="llama-3.2-1b",
+        tree={"shape": [2, 2]},
+    )
+    variant, notes = method_document(document, "ngram")
+    spec = variant["speculation"]
+    assert spec["acceptance"] == {"alpha": 0.7} and spec["num_speculative_tokens"] == 5
+    assert "draft_model" not in spec and "tree" not in spec
+    assert len(notes) == 2
+    profile = _document(acceptance={"profile": "eagle3/llama-3.1-8b/mt-bench"})
+    assert "acceptance" not in method_document(profile, "eagle")[0]["speculation"]
+    assert method_document(document, "none")[0]["speculation"] == {"method": "none"}
+
+
+def test_compare_runs_every_method_on_identical_requests(
+    cli: typer.Typer, runner: CliRunner, tmp_path: Path
+) -> None:
+    out = tmp_path / "cmp"
+    result = runner.invoke(cli, ["compare", "--methods", "eagle3,ngram", "--out", str(out), *SMALL])
+    assert result.exit_code == 0, result.output
+    assert "none added as the baseline" in result.output
+    table = pd.read_csv(out / "comparison.csv")
+    assert list(table["method"]) == ["none", "eagle3", "ngram"]
+    assert (out / "comparison.png").stat().st_size > 0
+    ran = table[table["status"] == "ok"]["method"].tolist()
+    if len(ran) < 2:
+        pytest.skip("only one method runs in this checkout")
+    base = table.set_index("method").loc["none"]
+    assert base["speedup_vs_none"] == pytest.approx(1.0)
+    columns = ["arrival_at_s", "prompt_tokens", "output_tokens"]
+    frames = {m: pd.read_csv(out / m / "requests.csv") for m in ran}
+    for method in ran:
+        summary = json.loads((out / method / "summary.json").read_text())
+        assert summary["method"] == method
+        pd.testing.assert_frame_equal(frames[method][columns], frames["none"][columns])
+    # The methods did differ where they should: the drafted counts are not all equal.
+    drafted = {m: int(frames[m]["num_drafted"].sum()) for m in ran}
+    assert drafted["none"] == 0 and any(v > 0 for m, v in drafted.items() if m != "none")
+
+
+def test_an_unsupported_method_is_a_row_not_a_crash(
+    cli: typer.Typer, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = comparison.run_scenario
+
+    def refuse_mtp(scenario: Any, base_dir: Path, *args: Any, **kwargs: Any) -> Any:
+        if scenario.speculation.method == "mtp":
+            raise ScenarioError("speculation.method: 'mtp' needs MTP modules")
+        return real(scenario, base_dir, *args, **kwargs)
+
+    monkeypatch.setattr(comparison, "run_scenario", refuse_mtp)
+    out = tmp_path / "cmp"
+    result = runner.invoke(cli, ["compare", "--methods", "none,mtp", "--out", str(out), *SMALL])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "comparison.csv").set_index("method")
+    assert table.loc["mtp", "status"] == "unsupported"
+    assert "MTP modules" in table.loc["mtp", "reason"]
+    assert not (out / "mtp").exists()
+    assert table.loc["none", "status"] == "ok"
+
+
+def test_compare_fails_with_exit_2_when_every_method_fails(
+    cli: typer.Typer, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(scenario: Any, base_dir: Path, *args: Any, **kwargs: Any) -> Any:
+        raise ScenarioError(f"no {scenario.speculation.method}")
+
+    monkeypatch.setattr(comparison, "run_scenario", refuse)
+    result = runner.invoke(cli, ["compare", "--methods", "none", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert "no method could run" in result.output
+
+
+def test_compare_rejects_a_bad_override_before_running(
+    cli: typer.Typer, runner: CliRunner, tmp_path: Path
+) -> None:
+    result = runner.invoke(
+        cli, ["compare", "--methods", "none", "--set", "workload.arival.rate_per_s=3"]
+    )
+    assert result.exit_code == 2
+    assert "workload.arival" in result.output
