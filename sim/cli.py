@@ -6,6 +6,7 @@ message naming the key path or the file and line, with exit code 2 and no traceb
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -179,6 +180,36 @@ def analyze(
         tokens_per_step_figure(table).savefig(out / "tokens_per_step.png", dpi=120)
         table.to_csv(out / "tokens_per_step.csv")
         err_console.print(f"figure and table written to {out}", highlight=False)
+
+
+@app.command()
+@user_errors
+def validate(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+) -> None:
+    """Predicted vs measured for the published calibration points, with each row's error."""
+    from sim.validate import format_validation_table, validation_rows
+
+    rows = validation_rows()
+    if as_json:
+        records = [
+            {**dataclasses.asdict(row), "relative_error": row.relative_error} for row in rows
+        ]
+        typer.echo(json.dumps(records, indent=2))
+    else:
+        typer.echo(format_validation_table(rows))
+
+
+def _register_commands() -> None:
+    """Commands that live beside the simulator: calibration, and the multi-run reports."""
+    from calibration.commands import register as register_calibration
+    from reports.commands import register as register_reports
+
+    register_calibration(app)
+    register_reports(app)
+
+
+_register_commands()
 
 
 def main() -> None:
