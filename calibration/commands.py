@@ -20,7 +20,6 @@ from calibration.calibrate import calibrate
 from calibration.check import format_check
 from calibration.profile import write_profile
 from sim.catalogue import gpu_names, model_names
-from sim.cli import user_errors
 from sim.errors import CalibrationError
 
 
@@ -60,6 +59,8 @@ def summary_lines(document: dict[str, Any], seconds: float) -> list[str]:
 
 def register(app: typer.Typer) -> None:
     """Add the ``calibrate`` command to ``app``."""
+    # Imported here: sim.cli registers this command while it is itself being imported.
+    from sim.cli import user_errors
 
     @app.command("calibrate")
     @user_errors
