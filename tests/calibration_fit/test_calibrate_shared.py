@@ -1,4 +1,4 @@
-"""``specsim calibrate`` on the real artifacts: every file handled, the replay and acceptance targets,
+"""`specsim calibrate` on real artifacts: every file handled, the replay and acceptance targets,
 the shipped profiles rebuilt, and the command line."""
 
 from __future__ import annotations

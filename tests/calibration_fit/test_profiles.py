@@ -1,4 +1,4 @@
-"""Calibrated profiles read back, the acceptance conversions and the per-step fit (no shared data)."""
+"""Calibrated profiles read back, acceptance conversions and the per-step fit (no shared data)."""
 
 from __future__ import annotations
 
