@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -114,7 +115,7 @@ def test_nodes_and_cost_follow_their_formulas() -> None:
 
 
 def test_the_winner_needs_fewest_nodes_then_sustains_most() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"method": "none", "status": "ok", "max_rate_per_s": 10.0, "nodes_needed": 3},
         {"method": "eagle3", "status": "ok", "max_rate_per_s": 12.0, "nodes_needed": 3},
         {"method": "ngram", "status": "unsupported", "max_rate_per_s": None, "nodes_needed": None},
