@@ -16,9 +16,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from calibration.calibrate import calibrate
-from calibration.check import format_check
-from calibration.profile import write_profile
 from sim.catalogue import gpu_names, model_names
 from sim.errors import CalibrationError
 
@@ -51,6 +48,8 @@ def summary_lines(document: dict[str, Any], seconds: float) -> list[str]:
         if worst is not None:
             lines.append(f"  largest residual {worst:.2%}")
     if document.get("check"):
+        from calibration.check import format_check
+
         lines.extend(format_check(document["check"]))
     for rejected in document["provenance"]["rejected"]:
         lines.append(f"skipped {rejected['file']}: {rejected['reason']}")
@@ -88,6 +87,10 @@ def register(app: typer.Typer) -> None:
             )
         if tp is not None and tp < 1:
             raise CalibrationError(f"--tp: must be >= 1, got {tp}")
+        # Imported here: fitting pulls in scipy and the parsers, which every CLI start would pay.
+        from calibration.calibrate import calibrate
+        from calibration.profile import write_profile
+
         command = "specsim calibrate " + " ".join(shlex.quote(str(a)) for a in artifacts)
         result = calibrate(
             artifacts,

@@ -19,6 +19,8 @@ from sim.cost_model import Efficiency
 
 #: The GPU the fit is made on.
 FIT_GPU = "h100-sxm"
+#: GPUs with a fit of their own (not carried over from the H100), and the module that makes it.
+SEPARATELY_FITTED = {"rtx-pro-6000": "calibration/fit_gpu_efficiency.py"}
 #: Decimals each shipped field is rounded to (the floor, in seconds, to 0.01 µs).
 ROUND_DECIMALS = {"bandwidth": 3, "flops": 3, "roofline_p": 2, "gemm_floor_s": 8}
 FIELDS = tuple(ROUND_DECIMALS)
@@ -134,9 +136,15 @@ def efficiency_entries(
 
 
 def efficiency_yaml(
-    efficiency: Efficiency, ci95: Mapping[str, tuple[float, float]], method: str
+    efficiency: Efficiency,
+    ci95: Mapping[str, tuple[float, float]],
+    method: str,
+    separate: Mapping[str, dict[str, Any]] | None = None,
 ) -> str:
-    """The text of ``sim/data/hardware_efficiency.yaml`` for the H100 SXM fit given."""
+    """The text of ``sim/data/hardware_efficiency.yaml`` for the H100 SXM fit given.
+
+    ``separate`` holds the entries of the GPUs in :data:`SEPARATELY_FITTED`, kept as they are.
+    """
     header = (
         "# Per GPU, the four fields of sim.cost_model.Efficiency: achieved fractions of peak HBM\n"
         "# bandwidth and dense bf16 tensor throughput, the p of the rounded linear-layer roofline\n"
@@ -144,6 +152,7 @@ def efficiency_yaml(
         "# `python -m calibration.operator_fit --write`; see docs/cost-model.md.\n"
     )
     table = efficiency_entries(efficiency, ci95, method)
+    table.update(separate or {})
     return header + yaml.safe_dump(table, sort_keys=False, width=100, allow_unicode=True)
 
 

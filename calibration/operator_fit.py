@@ -20,12 +20,14 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+import yaml
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
 from calibration.hardware_efficiency import (
     FIELDS,
     FIT_GPU,
+    SEPARATELY_FITTED,
     default_shared,
     efficiency_yaml,
     rounded,
@@ -390,7 +392,11 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.write:
         target = shipped_path()
-        target.write_text(efficiency_yaml(fit.efficiency, fit.ci95, fit_method()), "utf-8")
+        shipped = yaml.safe_load(target.read_text("utf-8"))
+        separate = {gpu: shipped[gpu] for gpu in SEPARATELY_FITTED if gpu in shipped}
+        target.write_text(
+            efficiency_yaml(fit.efficiency, fit.ci95, fit_method(), separate), "utf-8"
+        )
         print(f"\nwrote {target.name}")
     return 0
 

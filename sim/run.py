@@ -32,6 +32,7 @@ from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
 from sim.errors import ScenarioError
 from sim.metrics import summarize
+from sim.profiles import EngineProfile, load_engine_profile
 from sim.random_streams import RandomStreams
 from sim.scenario import Scenario
 from sim.workload import Workload, build_workload
@@ -66,10 +67,20 @@ class ResolvedEngine:
     reserved_memory_bytes: float
 
 
-def resolve_engine(scenario: Scenario) -> ResolvedEngine:
-    """Fill every unset engine key from the preset."""
+def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> ResolvedEngine:
+    """Fill every unset engine key from the calibrated profile, if any, then from the preset.
+
+    Keys written in the scenario always win. Raise ScenarioError if ``engine.profile`` cannot be
+    loaded or was fitted for another GPU or model.
+    """
     e = scenario.engine
     p = get_preset(e.preset)
+    step_overhead_s, per_sequence_overhead_s = p.step_overhead_s, p.per_sequence_overhead_s
+    if e.profile is not None:
+        profile = load_engine_profile(e.profile, base_dir or Path.cwd())
+        _check_profile_target(scenario, profile)
+        step_overhead_s = profile.step_overhead_s
+        per_sequence_overhead_s = profile.per_sequence_overhead_s
 
     def pick(value: Any, default: Any) -> Any:
         return default if value is None else value
@@ -82,10 +93,27 @@ def resolve_engine(scenario: Scenario) -> ResolvedEngine:
         gpu_memory_utilization=pick(e.gpu_memory_utilization, p.gpu_memory_utilization),
         chunked_prefill=pick(e.chunked_prefill, p.chunked_prefill),
         kv_rollback=pick(e.kv_rollback, p.kv_rollback),
-        step_overhead_s=pick(e.step_overhead_s, p.step_overhead_s),
-        per_sequence_overhead_s=pick(e.per_sequence_overhead_s, p.per_sequence_overhead_s),
+        step_overhead_s=pick(e.step_overhead_s, step_overhead_s),
+        per_sequence_overhead_s=pick(e.per_sequence_overhead_s, per_sequence_overhead_s),
         reserved_memory_bytes=p.reserved_memory_bytes,
     )
+
+
+def _check_profile_target(scenario: Scenario, profile: EngineProfile) -> None:
+    model = scenario.model if isinstance(scenario.model, str) else None
+    mismatches = [
+        f"{what} {fitted!r} (scenario: {actual!r})"
+        for what, fitted, actual in (
+            ("GPU", profile.gpu, scenario.hardware.gpu),
+            ("model", profile.model, model),
+            ("TP", profile.tensor_parallel_size, scenario.hardware.num_gpus),
+        )
+        if fitted is not None and actual is not None and fitted != actual
+    ]
+    if mismatches:
+        raise ScenarioError(
+            f"engine.profile: {profile.name} was fitted for another node: {', '.join(mismatches)}"
+        )
 
 
 def resolved_document(scenario: Scenario, engine: ResolvedEngine) -> dict[str, Any]:
@@ -129,12 +157,14 @@ def build_simulation(
     *,
     fast_forward: bool | None = None,
     check_invariants: bool = False,
+    enforce_support: bool = True,
 ) -> Simulation:
     """Build the node for ``scenario``; relative paths resolve against ``base_dir``.
 
+    ``enforce_support=False`` lets a study run a method on an engine that does not offer it.
     Raise SpecsimError (ScenarioError, CatalogueError) if the scenario cannot run.
     """
-    engine = resolve_engine(scenario)
+    engine = resolve_engine(scenario, base_dir)
     model = get_model(scenario.model)
     gpu = get_gpu(scenario.hardware.gpu)
     tp = scenario.hardware.num_gpus
@@ -145,15 +175,21 @@ def build_simulation(
         )
     streams = RandomStreams(scenario.seed)
     workload = build_workload(scenario.workload, streams, base_dir)
+    efficiency = load_efficiency(gpu.name)
+    if scenario.engine.profile is not None:
+        fitted = load_engine_profile(scenario.engine.profile, base_dir).efficiency
+        efficiency = fitted if fitted is not None else efficiency
     cost_model = StepCostModel(
         model,
         gpu,
         tp,
-        load_efficiency(gpu.name),
+        efficiency,
         engine.step_overhead_s,
         engine.per_sequence_overhead_s,
     )
-    strategy = build_strategy(scenario, model, gpu, cost_model, engine.preset, base_dir)
+    strategy = build_strategy(
+        scenario, model, gpu, cost_model, engine.preset, base_dir, enforce_support=enforce_support
+    )
     memory = plan_memory(
         model,
         gpu,
@@ -258,9 +294,20 @@ def execute(
         "wall_time_s": wall,
         "specsim_version": __version__,
     }
-    return ScenarioResult(
-        summary, requests, steps, resolved_document(scenario, simulation.engine), simulation.memory
-    )
+    resolved = resolved_document(scenario, simulation.engine)
+    memory = simulation.memory
+    resolved["derived"] = {
+        "strategy": simulation.strategy.describe(),
+        "kv_cache": {
+            "num_blocks": memory.num_blocks,
+            "block_size": memory.block_size,
+            "num_tokens": memory.num_kv_tokens,
+            "kv_bytes_per_token_per_gpu": memory.kv_bytes_per_token,
+            "weight_bytes_per_gpu": memory.weight_bytes,
+            "activation_bytes_per_gpu": memory.activation_bytes,
+        },
+    }
+    return ScenarioResult(summary, requests, steps, resolved, memory)
 
 
 def run_scenario(
