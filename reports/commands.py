@@ -141,6 +141,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def sweep(
+        out: Annotated[Path, typer.Option("--out", help="Output folder (rerun to resume).")],
         scenario: ScenarioArg = None,
         grid: Annotated[
             list[str] | None,
@@ -152,9 +153,6 @@ def register(app: typer.Typer) -> None:
         scheduler: Annotated[
             str | None, typer.Option("--scheduler", help="Dask scheduler address to run on.")
         ] = None,
-        out: Annotated[Path, typer.Option("--out", help="Output folder (rerun to resume).")] = Path(
-            "results/sweep"
-        ),
         set_: SetOpt = None,
     ) -> None:
         """Run a grid of scenarios in parallel, resumably, into one tidy table."""
@@ -212,6 +210,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def plan(
+        out: Annotated[Path, typer.Option("--out", help="Output folder.")],
         scenario: ScenarioArg = None,
         slo: Annotated[
             str | None,
@@ -227,7 +226,6 @@ def register(app: typer.Typer) -> None:
         gpu_hour_usd: Annotated[
             float | None, typer.Option("--gpu-hour-usd", min=0.0, help="Price of one GPU-hour.")
         ] = None,
-        out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("results/plan"),
         seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per probed rate.")] = 3,
         requests: Annotated[
             int | None,

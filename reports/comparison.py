@@ -162,25 +162,27 @@ def compare_methods(
     if not finished:
         reasons = "; ".join(f"{run.method}: {run.reason}" for run in runs)
         raise SpecsimError(f"no method could run: {reasons}")
-    _check_common_requests(finished, document)
+    _check_common_requests(
+        [(run.method, run.result) for run in runs if run.result is not None], document
+    )
     return runs
 
 
-def _check_common_requests(runs: list[MethodRun], document: dict[str, Any]) -> None:
+def _check_common_requests(
+    results: list[tuple[str, ScenarioResult]], document: dict[str, Any]
+) -> None:
     """Raise InvariantError unless every run served the same lengths (and, open loop, arrivals)."""
     columns = ["prompt_tokens", "output_tokens"]
     arrival = (document.get("workload") or {}).get("arrival") or {}
     if arrival.get("process") != "closed_loop":
         # In a closed loop the next arrival waits for a finish, so arrivals depend on the server.
         columns.append("arrival_at_s")
-    first = runs[0]
-    assert first.result is not None
-    for run in runs[1:]:
-        assert run.result is not None
+    first_method, first = results[0]
+    for method, result in results[1:]:
         for column in columns:
-            if not np.array_equal(first.result.requests[column], run.result.requests[column]):
+            if not np.array_equal(first.requests[column], result.requests[column]):
                 raise InvariantError(
-                    f"compare: {run.method} saw different {column} from {first.method}; "
+                    f"compare: {method} saw different {column} from {first_method}; "
                     "common random numbers are broken"
                 )
 
