@@ -1,0 +1,77 @@
+# ruff: noqa: E501
+"""The metric glossary shipped inside the package, so a report carries it wherever it is read.
+
+The text is ``docs/metrics.md`` of this project, copied verbatim (a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+GLOSSARY_MARKDOWN = """# Metric glossary
+
+Every figure specsim reports is computed from two flat tables: one row per request
+(`requests.csv`) and one row per engine step (`steps.csv`). Definitions follow `vllm bench serve`
+wherever the benchmark defines the metric. Times are in seconds in the tables and in milliseconds in
+`summary.json`.
+
+## Per request (`requests.csv`)
+
+| column | meaning |
+|---|---|
+| `arrival_at_s` | when the request reached the server |
+| `scheduled_at_s` | the start of the first step that computed any of its tokens |
+| `first_token_at_s` | the end of the step that emitted its first output token |
+| `finished_at_s` | the end of the step that emitted its last output token |
+| `prompt_tokens`, `output_tokens` | lengths |
+| `num_preemptions` | times it was preempted (recompute: its KV freed, prefilled again later) |
+| `num_decode_steps` | verify/decode steps it took part in |
+| `num_drafted`, `num_accepted` | draft tokens proposed to it and accepted |
+| `ttft_s`, `e2e_latency_s` | derived, as below |
+
+## Per step (`steps.csv`)
+
+| column | meaning |
+|---|---|
+| `start_at_s`, `duration_s` | the step's start and length (steps run back to back while there is work) |
+| `fixed_s`, `linear_s`, `attention_s`, `allreduce_s`, `sampling_s`, `draft_s` | the duration's breakdown by operator class (docs/cost-model.md); they sum to `duration_s` |
+| `num_seqs`, `num_decode_seqs`, `num_prefill_seqs` | sequences in the step |
+| `num_tokens`, `num_prefill_tokens` | tokens computed (draft and tree tokens included) |
+| `num_emitted_tokens` | output tokens emitted by the step |
+| `num_draft_tokens`, `num_accepted_tokens` | draft tokens verified and accepted |
+| `kv_blocks_used` | KV blocks held during the step (lookahead and scratch slots included) |
+| `num_waiting` | requests waiting (arrived, not running) at the step's start |
+| `num_regular_itl` | sequences whose emission in this step followed their emission in the previous step |
+
+## Summary (`summary.json`)
+
+Let *M* be the measured requests: those with index ≥ `measurement.warmup_requests` that finished.
+The **measurement window** runs from the first arrival in *M* to the last finish in *M*; its length
+is *D*. The run always drains: it ends when every request has finished.
+
+| key | formula |
+|---|---|
+| `ttft_ms` | `first_token_at − arrival` over *M* |
+| `tpot_ms` | `(e2e − ttft) / (output_tokens − 1)` over requests of *M* with more than one output token |
+| `itl_ms` | gaps between consecutive emissions of one request, from steps starting inside the window; a step emits all of a sequence's accepted tokens at once, as one streamed chunk in the benchmark. A gap equals the step's duration when the sequence also emitted in the previous step, and `end − previous emission` otherwise (after a preemption) |
+| `e2e_latency_ms` | `finished_at − arrival` over *M* |
+| `output_throughput_tok_s` | Σ output tokens of *M* / *D* |
+| `request_throughput_req_s` | \\|*M*\\| / *D* |
+| `total_token_throughput_tok_s` | Σ (prompt + output tokens) of *M* / *D* |
+| `mean_acceptance_length` | `1 + Σ accepted / Σ verify steps` over *M*: tokens per sequence per verify step, bonus included (vLLM ≥ 0.9 and the EAGLE papers' τ); 1.0 without speculation |
+| `draft_acceptance_rate` | `Σ accepted / Σ drafted` over *M*; null without speculation |
+| `mean_batch_size` | mean of `num_seqs` over steps starting inside the window |
+| `mean_tokens_per_step` | mean of `num_tokens` over the same steps |
+| `kv_cache_peak_usage` | max `kv_blocks_used` / blocks in the pool |
+| `num_preemptions` | total preemptions |
+| `num_steps`, `sim_duration_s` | steps, and the end of the last step |
+| `wall_time_s` | the simulator's own run time |
+
+Each latency is reported as `{mean, p50, p90, p99}`. Percentiles interpolate linearly between
+order statistics (`numpy.percentile`'s default, as the benchmark uses); ITL percentiles weight each
+step's duration by the number of sequences it served, exactly as if every gap were listed.
+
+## Same-time order and the clock
+
+A step that starts at time *t* sees every arrival at or before *t*. The engine never idles while a
+request is running or waiting; an idle node jumps to the next arrival. Simulated time is float
+seconds from 0.
+"""

@@ -1,0 +1,125 @@
+"""Reports of a single run folder and of a ``compare`` folder (one run folder per method)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from reports.render.common import (
+    RunFolder,
+    acceptance_section,
+    glossary_section,
+    headline_table,
+    load_run,
+    measured_points,
+    run_acceptance,
+    timeline_section,
+    tokens_per_step_section,
+)
+from reports.render.document import Report, ReportFigure, ReportTable, Section
+from sim.errors import ScenarioError
+
+COMPARISON_FILE = "comparison.csv"
+COMPARISON_COLUMNS = (
+    "method",
+    "status",
+    "output_throughput_tok_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+    "speedup_vs_none",
+    "throughput_vs_none",
+)
+
+
+def _describe(run: RunFolder) -> str:
+    scenario = run.scenario
+    hardware = scenario.get("hardware") or {}
+    workload = scenario.get("workload") or {}
+    arrival = workload.get("arrival") or {}
+    load = (
+        f"{arrival.get('rate_per_s')} req/s ({arrival.get('process')})"
+        if "rate_per_s" in arrival
+        else f"{arrival.get('concurrency', '?')} clients (closed loop)"
+        if arrival.get("process") == "closed_loop"
+        else str(arrival.get("process", "?"))
+    )
+    model = scenario.get("model")
+    model_name = model if isinstance(model, str) else "an inline model"
+    return (
+        f"Scenario `{run.summary.get('scenario')}`: {model_name} on {hardware.get('num_gpus', 1)}× "
+        f"{hardware.get('gpu', '?')}, method `{run.method}`, {workload.get('num_requests')} "
+        f"requests at {load}, seed {run.summary.get('seed')}."
+    )
+
+
+def _common_sections(runs: list[RunFolder], sections: list[Section]) -> list[Section]:
+    acceptance = acceptance_section(
+        run_acceptance(runs),
+        "The mean over requests weights each request equally; the summary's "
+        "`mean_acceptance_length` weights each verify step.",
+    )
+    timeline = timeline_section(runs)
+    sections.extend(s for s in (acceptance, timeline) if s is not None)
+    sections.append(tokens_per_step_section(measured_points(runs)))
+    sections.append(glossary_section())
+    return sections
+
+
+def run_report(folder: Path) -> Report:
+    """The report of one run folder. Raise ScenarioError if it is not one."""
+    run = load_run(folder)
+    headline = headline_table([run]).drop(columns="run")
+    metrics = pd.DataFrame({"metric": headline.columns, "value": headline.iloc[0].to_list()})
+    overview = Section(
+        "Summary",
+        [_describe(run)],
+        tables=[ReportTable("Headline figures (summary.json)", metrics)],
+    )
+    title = f"specsim run: {run.summary.get('scenario', folder.name)}"
+    return Report(title, "run", str(folder), _common_sections([run], [overview]))
+
+
+def compare_report(folder: Path) -> Report:
+    """The report of a ``compare`` folder. Raise ScenarioError if ``comparison.csv`` is missing."""
+    from reports.comparison import comparison_figure
+
+    path = folder / COMPARISON_FILE
+    if not path.is_file():
+        raise ScenarioError(f"{folder}: no {COMPARISON_FILE}; not a compare folder")
+    frame = pd.read_csv(path)
+    runs = [
+        load_run(folder / str(method), str(method))
+        for method, status in zip(frame["method"], frame["status"], strict=True)
+        if status == "ok" and (folder / str(method)).is_dir()
+    ]
+    if not runs:
+        raise ScenarioError(f"{folder}: no method's run folder is present")
+    shown = frame[[c for c in COMPARISON_COLUMNS if c in frame.columns]]
+    paragraphs = [
+        _describe(runs[0]),
+        "Every method served the same requests at the same times (common random numbers). "
+        "Speed-up is TPOT p50 of `none` over the method's at this load.",
+    ]
+    skipped = frame[frame["status"] != "ok"]
+    paragraphs += [
+        f"`{m}` did not run: {r}" for m, r in zip(skipped["method"], skipped["reason"], strict=True)
+    ]
+    overview = Section(
+        "Methods compared",
+        paragraphs,
+        [
+            ReportFigure.from_figure(
+                "comparison", "Output throughput and TPOT per method", comparison_figure(frame)
+            )
+        ],
+        [ReportTable("comparison.csv", shown)],
+    )
+    title = f"specsim compare: {runs[0].summary.get('scenario', folder.name)}"
+    return Report(title, "compare", str(folder), _common_sections(runs, [overview]))
