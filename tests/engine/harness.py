@@ -1,0 +1,320 @@
+"""Build an engine core from plain arrays and drive it, for the engine's property tests.
+
+The builders take the scheduling limits, the KV pool and the acceptance plans directly, so a test
+can make the pool tiny (to force preemption) or the token budget small (to force chunked prefill)
+without going through the scenario's memory planner. ``run_node`` runs the real SimPy node;
+``ObservedCore`` calls an observer after every ``step()`` and ``fast_forward()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+import simpy
+from numpy.typing import NDArray
+
+from sim.catalogue import get_gpu, get_model
+from sim.cost_model import StepCostModel
+from sim.efficiency import load_efficiency
+from sim.engine.core import EngineCore
+from sim.engine.drafter import NoDrafter, StepPlan
+from sim.engine.kv_cache import BlockManager
+from sim.engine.node import ArrivalSchedule, ServingNode
+from sim.engine.recorder import StepRecorder
+from sim.engine.requests import RequestTable
+from sim.engine.scheduler import Scheduler, SchedulerConfig
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+
+
+@cache
+def cost_model() -> StepCostModel:
+    """Llama-3.1-8B on one H100 SXM with the vLLM V1 overhead (any real model would do)."""
+    gpu = get_gpu("h100-sxm")
+    return StepCostModel(get_model("llama-3.1-8b"), gpu, 1, load_efficiency(gpu.name), 0.0017)
+
+
+@dataclass(frozen=True)
+class EngineSetup:
+    """Everything a test chooses about one node."""
+
+    prompt_tokens: IntArray
+    output_tokens: IntArray
+    num_blocks: int
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool = True
+    rollback_policy: str = "in_place"
+    extra_tokens_per_decode: int = 0
+    plan: StepPlan | None = None
+    arrival_at_s: FloatArray | None = None
+    concurrency: int | None = None
+    think_time_s: float = 0.0
+    #: The most drafts any verify step of ``plan`` accepts (a chain's k, a tree's depth).
+    max_accepted: int = 0
+
+
+class ObservedCore(EngineCore):
+    """An engine core that calls ``observer(core)`` after every step or fast-forwarded segment."""
+
+    observer: Callable[[EngineCore], None] | None = None
+
+    def step(self, num_waiting: int) -> None:
+        super().step(num_waiting)
+        if self.observer is not None:
+            self.observer(self)
+
+    def fast_forward(
+        self, next_arrival_at_s: float, waiting_at: Callable[[FloatArray], IntArray]
+    ) -> int:
+        ran = super().fast_forward(next_arrival_at_s, waiting_at)
+        if ran and self.observer is not None:
+            self.observer(self)
+        return ran
+
+
+def build_core(
+    setup: EngineSetup,
+    fast_forward: bool = True,
+    observer: Callable[[EngineCore], None] | None = None,
+) -> ObservedCore:
+    """An engine core over ``setup``, checking its invariants after every step."""
+    n = len(setup.prompt_tokens)
+    requests = RequestTable(
+        prompt_tokens=np.asarray(setup.prompt_tokens, dtype=np.int64).copy(),
+        output_tokens=np.asarray(setup.output_tokens, dtype=np.int64).copy(),
+    )
+    plan = setup.plan if setup.plan is not None else StepPlan.without_speculation(n)
+    kv = BlockManager(setup.num_blocks, setup.block_size, n)
+    config = SchedulerConfig(
+        setup.max_num_seqs,
+        setup.max_num_batched_tokens,
+        setup.chunked_prefill,
+        setup.rollback_policy,
+        setup.extra_tokens_per_decode,
+    )
+    core = ObservedCore(
+        Scheduler(config, requests, kv, plan),
+        cost_model(),
+        NoDrafter(),
+        plan,
+        StepRecorder(initial_capacity=64),
+        fast_forward,
+        check_invariants=True,
+    )
+    core.observer = observer
+    return core
+
+
+def run_node(
+    setup: EngineSetup,
+    fast_forward: bool = True,
+    observer: Callable[[EngineCore], None] | None = None,
+) -> ObservedCore:
+    """Run the SimPy serving node over ``setup`` until every request has finished."""
+    core = build_core(setup, fast_forward, observer)
+    if setup.concurrency is not None:
+        arrivals = ArrivalSchedule(
+            len(setup.prompt_tokens),
+            concurrency=setup.concurrency,
+            think_time_s=setup.think_time_s,
+        )
+    else:
+        times = setup.arrival_at_s
+        if times is None:
+            times = np.zeros(len(setup.prompt_tokens))
+        arrivals = ArrivalSchedule(len(setup.prompt_tokens), arrival_at_s=times)
+    env = simpy.Environment()
+    node = ServingNode(env, core, arrivals)
+    env.run(until=node.process)
+    return core
+
+
+def random_plan(
+    rng: np.random.Generator,
+    num_decode_tokens: IntArray,
+    max_proposed: int,
+    max_accepted: int,
+    ragged: bool = True,
+) -> StepPlan:
+    """Random acceptance plans: enough verify steps per request to emit its decode tokens.
+
+    Each step proposes 0..``max_proposed`` drafts (exactly ``max_proposed`` unless ``ragged``) and
+    accepts 0..min(proposed, ``max_accepted``) of them; a tree proposes more than its depth accepts.
+    """
+    proposed: list[int] = []
+    accepted: list[int] = []
+    offsets = [0]
+    for need in np.asarray(num_decode_tokens).tolist():
+        emitted = 0
+        # A few spare steps: preemption can re-emit tokens without a verify step, never fewer.
+        while emitted < need + 2:
+            p = int(rng.integers(0, max_proposed + 1)) if ragged else max_proposed
+            a = int(rng.integers(0, min(p, max_accepted) + 1))
+            proposed.append(p)
+            accepted.append(a)
+            emitted += a + 1
+        offsets.append(len(proposed))
+    return StepPlan(
+        offsets=np.array(offsets, dtype=np.int64),
+        proposed=np.array(proposed, dtype=np.int16),
+        accepted=np.array(accepted, dtype=np.int16),
+    )
+
+
+def record_of(core: EngineCore) -> dict[str, NDArray[np.generic]]:
+    """Every step column and every per-request column of a finished core, as copies."""
+    r = core.requests
+    out = {f"step.{k}": v.copy() for k, v in core.recorder.columns().items()}
+    for name in (
+        "arrival_at_s",
+        "scheduled_at_s",
+        "first_token_at_s",
+        "finished_at_s",
+        "last_emit_at_s",
+        "num_emitted",
+        "num_computed_tokens",
+        "num_preemptions",
+        "num_decode_steps",
+        "num_drafted",
+        "num_accepted",
+    ):
+        out[f"request.{name}"] = getattr(r, name).copy()
+    itl, itl_at = core.recorder.irregular_itl()
+    out["itl.values"] = itl
+    out["itl.at"] = itl_at
+    return out
+
+
+class Monitor:
+    """Checks the engine's per-request properties between consecutive observations.
+
+    After every step or fast-forwarded segment: budgets held; every running request holds exactly
+    the blocks of its committed tokens and commits at most its known tokens minus one; waiting and
+    finished requests hold nothing; emitted tokens are never lost; a decoding request commits
+    exactly ``accepted + 1`` tokens per verify step unless it finishes, so a rejected draft never
+    enters the committed sequence; a preempted request frees everything and, once its recompute
+    completes, commits every token it knew plus the one the recompute emits.
+    """
+
+    def __init__(self, core: EngineCore, max_accepted: int) -> None:
+        self.max_accepted = max_accepted
+        self.num_observations = 0
+        self.num_resumes = 0
+        self._snapshot(core)
+        n = len(core.requests)
+        # Logical length and emitted count of each request at its latest preemption.
+        self.preempted_at = np.full((n, 2), -1, dtype=np.int64)
+
+    def _snapshot(self, core: EngineCore) -> None:
+        r = core.requests
+        self.num_steps = core.num_steps
+        self.emitted = r.num_emitted.copy()
+        self.computed = r.num_computed_tokens.copy()
+        self.decode_steps = r.num_decode_steps.copy()
+        self.accepted = r.num_accepted.copy()
+        self.drafted = r.num_drafted.copy()
+        self.preemptions = r.num_preemptions.copy()
+        self.state = r.state.copy()
+
+    def __call__(self, core: EngineCore) -> None:
+        from sim.engine.kv_cache import blocks_for
+        from sim.engine.requests import FINISHED, RUNNING
+
+        self.num_observations += 1
+        if self.num_observations > 3_000:
+            raise RuntimeError("the engine stopped making progress")
+        r, s, kv = core.requests, core.scheduler, core.kv
+        cfg = s.config
+        steps: dict[str, Any] = core.recorder.columns()
+        new = slice(self.num_steps, core.num_steps)
+        assert (steps["num_tokens"][new] <= cfg.max_num_batched_tokens).all()
+        assert (steps["num_seqs"][new] <= cfg.max_num_seqs).all()
+        assert (steps["kv_blocks_used"][new] <= kv.num_blocks).all()
+        assert (steps["num_accepted_tokens"][new] <= steps["num_draft_tokens"][new]).all()
+        assert len(s.running) <= cfg.max_num_seqs
+
+        known = r.prompt_tokens + r.num_emitted
+        running = r.state == RUNNING
+        assert np.array_equal(
+            kv.held[running], blocks_for(r.num_computed_tokens[running], kv.block_size)
+        )
+        assert (r.num_computed_tokens[running] <= known[running] - 1).all()
+        assert np.array_equal(kv.logical_tokens[running], r.num_computed_tokens[running])
+        assert (kv.held[~running] == 0).all()
+        assert kv.num_free + int(kv.held.sum()) == kv.num_blocks
+        assert (r.num_emitted >= self.emitted).all(), "an emitted token was lost"
+        assert (r.num_emitted <= r.output_tokens).all()
+        d_emit = r.num_emitted - self.emitted
+        d_steps = r.num_decode_steps - self.decode_steps
+        d_acc = r.num_accepted - self.accepted
+        d_drafted = r.num_drafted - self.drafted
+        preempted = r.num_preemptions > self.preemptions
+        assert (d_acc <= d_drafted).all()
+        was_decoding = (
+            (self.state == RUNNING)
+            & (self.emitted >= 1)
+            & (self.computed == self.emitted + r.prompt_tokens - 1)
+            & ~preempted
+        )
+        finished = r.state == FINISHED
+        steady = was_decoding & ~finished
+        # Each verify step emits its accepted drafts and one token from the target (the bonus or
+        # the correction); the committed length grows by exactly that.
+        assert np.array_equal(d_emit[steady], d_steps[steady] + d_acc[steady])
+        assert np.array_equal(r.num_computed_tokens[steady], self.computed[steady] + d_emit[steady])
+        ending = was_decoding & finished
+        assert (d_emit[ending] <= d_steps[ending] + d_acc[ending]).all()
+        assert (d_emit[was_decoding] >= d_steps[was_decoding]).all()
+        assert (d_emit[was_decoding] <= d_steps[was_decoding] * (self.max_accepted + 1)).all()
+
+        # Preemption by recompute: everything freed, nothing emitted lost.
+        for req in np.flatnonzero(preempted).tolist():
+            assert kv.held[req] == 0 and r.num_computed_tokens[req] == 0
+            assert r.state[req] != FINISHED
+            self.preempted_at[req] = (self.computed[req], self.emitted[req])
+        # Resumed: once the recompute emits, every token known at preemption is committed again,
+        # and the committed length grows by exactly what was emitted since.
+        resumed = (
+            (self.preempted_at[:, 1] >= 0) & running & (r.num_emitted > self.preempted_at[:, 1])
+        )
+        for req in np.flatnonzero(resumed).tolist():
+            logical, emitted = self.preempted_at[req].tolist()
+            assert r.num_computed_tokens[req] == known[req] - 1
+            if logical == r.prompt_tokens[req] + emitted - 1:  # it was decoding when preempted
+                assert r.num_computed_tokens[req] - logical == r.num_emitted[req] - emitted
+            self.preempted_at[req] = -1
+            self.num_resumes += 1
+        self._snapshot(core)
+
+
+def check_finished(core: EngineCore) -> None:
+    """Every request finished with its full output and every block is back in the pool."""
+    from sim.engine.requests import FINISHED
+
+    r, kv = core.requests, core.kv
+    assert (r.state == FINISHED).all()
+    assert np.array_equal(r.num_emitted, r.output_tokens)
+    assert kv.num_free == kv.num_blocks and (kv.held == 0).all()
+    assert not np.isnan(r.finished_at_s).any()
+    assert (r.arrival_at_s <= r.scheduled_at_s).all()
+    assert (r.scheduled_at_s < r.first_token_at_s).all()
+    assert (r.first_token_at_s <= r.finished_at_s).all()
+    assert (r.num_accepted <= r.num_drafted).all()
+    # FCFS: no request is first scheduled before one that arrived earlier (ties in request order).
+    order = np.lexsort((np.arange(len(r)), r.arrival_at_s))
+    assert (np.diff(r.scheduled_at_s[order]) >= 0).all()
+    steps: dict[str, Any] = core.recorder.columns()
+    assert int(steps["num_emitted_tokens"].sum()) == int(r.output_tokens.sum())
+    assert int(steps["num_draft_tokens"].sum()) == int(r.num_drafted.sum())
+    assert int(steps["num_accepted_tokens"].sum()) == int(r.num_accepted.sum())
+    assert int(steps["num_prefill_seqs"].sum()) >= len(r)
+    # Steps follow each other without overlap.
+    ends = steps["start_at_s"] + steps["duration_s"]
+    assert (steps["start_at_s"][1:] >= ends[:-1] - 1e-12).all()
