@@ -61,9 +61,13 @@ class EngineSetup:
 
 
 class ObservedCore(EngineCore):
-    """An engine core that calls ``observer(core)`` after every step or fast-forwarded segment."""
+    """An engine core that calls ``observer(core)`` after every step or fast-forwarded segment,
+    and counts the steps it fast-forwarded."""
 
-    observer: Callable[[EngineCore], None] | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.observer: Callable[[EngineCore], None] | None = None
+        self.num_fast_forwarded_steps = 0
 
     def step(self, num_waiting: int) -> None:
         super().step(num_waiting)
@@ -74,6 +78,7 @@ class ObservedCore(EngineCore):
         self, next_arrival_at_s: float, waiting_at: Callable[[FloatArray], IntArray]
     ) -> int:
         ran = super().fast_forward(next_arrival_at_s, waiting_at)
+        self.num_fast_forwarded_steps += ran
         if ran and self.observer is not None:
             self.observer(self)
         return ran

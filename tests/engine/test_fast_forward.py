@@ -1,0 +1,186 @@
+"""Fast-forward is an optimisation only: with it on or off, every record is identical.
+
+``EngineCore.fast_forward`` applies many pure-decode steps at once; ``EngineCore.step`` applies
+one. Both must produce the same step rows, the same request rows and the same irregular ITL
+samples, bit for bit (``np.array_equal`` with NaNs equal), whatever the workload: speculation
+chains and trees, open and closed loops, KV pressure with preemption, chunked prefill under small
+budgets, either rollback policy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+
+from sim.errors import SpecsimError
+from sim.run import REQUEST_COLUMNS, build_simulation, execute
+from sim.scenario import validate_document
+
+from .harness import EngineSetup, check_finished, record_of, run_node
+from .strategies import engine_setups
+
+
+def _assert_identical(fast: dict[str, Any], slow: dict[str, Any]) -> None:
+    assert fast.keys() == slow.keys()
+    for name in fast:
+        a, b = np.asarray(fast[name]), np.asarray(slow[name])
+        assert a.shape == b.shape, name
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+
+
+def _both(setup: EngineSetup) -> int:
+    fast = run_node(setup, fast_forward=True)
+    slow = run_node(setup, fast_forward=False)
+    check_finished(fast)
+    assert slow.num_fast_forwarded_steps == 0
+    _assert_identical(record_of(fast), record_of(slow))
+    return fast.num_fast_forwarded_steps
+
+
+EQUIVALENCE = settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@EQUIVALENCE
+@given(setup=engine_setups(speculative=False))
+def test_identical_records_without_speculation(setup: EngineSetup) -> None:
+    event(f"fast-forwarded: {_both(setup) > 0}")
+
+
+@EQUIVALENCE
+@given(setup=engine_setups(speculative=True))
+def test_identical_records_with_random_acceptance_plans(setup: EngineSetup) -> None:
+    event(f"fast-forwarded: {_both(setup) > 0}")
+
+
+def test_a_long_decode_is_fast_forwarded_across_chunks() -> None:
+    # 300 decode steps exceed several fast-forward chunks; the equivalence must hold across them.
+    setup = EngineSetup(
+        prompt_tokens=np.array([30, 50, 70]),
+        output_tokens=np.array([300, 250, 280]),
+        num_blocks=200,
+        block_size=16,
+        max_num_seqs=4,
+        max_num_batched_tokens=256,
+    )
+    assert _both(setup) > 200
+
+
+# --- whole scenarios through sim.run -------------------------------------------------------------
+def _scenario(**overrides: Any) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "seed": 5,
+        "workload": {
+            "num_requests": 40,
+            "arrival": {"process": "poisson", "rate_per_s": 30.0},
+            "prompt_tokens": {"distribution": "uniform", "low": 20, "high": 600},
+            "output_tokens": {"distribution": "uniform", "low": 1, "high": 300},
+        },
+    }
+    for key, value in overrides.items():
+        document[key] = {**document.get(key, {}), **value}
+    return document
+
+
+def _with_utilization(document: dict[str, Any], utilization: float) -> dict[str, Any]:
+    engine = {**document.get("engine", {}), "gpu_memory_utilization": utilization}
+    return {**document, "engine": engine}
+
+
+def _builds(document: dict[str, Any]) -> bool:
+    try:
+        build_simulation(validate_document(document, "tight pool"), Path("."))
+    except SpecsimError:
+        return False
+    return True
+
+
+def _tight_pool(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with nearly the smallest gpu_memory_utilization that still builds (bisection;
+    building succeeds above a threshold): a KV pool barely above the longest request, so a burst
+    of requests must preempt."""
+    low, high = 0.05, 0.9
+    assert _builds(_with_utilization(document, high))
+    while high - low > 0.002:
+        middle = (low + high) / 2
+        if _builds(_with_utilization(document, middle)):
+            high = middle
+        else:
+            low = middle
+    return _with_utilization(document, high)
+
+
+SCENARIOS = {
+    "open-loop": _scenario(),
+    "closed-loop": _scenario(
+        workload={"arrival": {"process": "closed_loop", "concurrency": 12, "think_time_s": 0.01}}
+    ),
+    "kv-pressure": _scenario(
+        workload={"arrival": {"process": "closed_loop", "concurrency": 40}},
+    ),
+    "chunked-small-budget": _scenario(engine={"max_num_batched_tokens": 64, "max_num_seqs": 8}),
+    "eagle3-chain": _scenario(speculation={"method": "eagle3", "num_speculative_tokens": 4}),
+    "eagle3-scratch-kv-pressure": _scenario(
+        engine={"kv_rollback": "scratch"},
+        speculation={"method": "eagle3"},
+        workload={"arrival": {"process": "closed_loop", "concurrency": 40}},
+    ),
+    "eagle-static-tree": _scenario(speculation={"method": "eagle", "tree": {"shape": [2, 2, 2]}}),
+    "draft-model-budget": _scenario(
+        engine={"max_num_batched_tokens": 96},
+        speculation={
+            "method": "draft_model",
+            "draft_model": "llama-3.2-1b",
+            "num_speculative_tokens": 5,
+            "acceptance": {"alpha": 0.7},
+        },
+    ),
+    "sglang-eagle2-tree": _scenario(
+        engine={"preset": "sglang"},
+        speculation={"method": "eagle2", "tree": {"topk": 4, "depth": 5, "num_draft_tokens": 8}},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_identical_records_for_whole_scenarios(name: str) -> None:
+    document = SCENARIOS[name]
+    if name.endswith("kv-pressure"):
+        document = _tight_pool(document)
+    scenario = validate_document(document, name)
+    results = []
+    fast_forwarded = [0, 0]
+    for index, fast_forward in enumerate((True, False)):
+        simulation = build_simulation(
+            scenario, Path("."), fast_forward=fast_forward, check_invariants=True
+        )
+        core = simulation.core
+        original = core.fast_forward
+
+        def counted(*args: Any, index: int = index, original: Any = original) -> int:
+            ran = int(original(*args))
+            fast_forwarded[index] += ran
+            return ran
+
+        core.fast_forward = counted  # type: ignore[method-assign,assignment]
+        results.append(execute(simulation))
+    fast, slow = results
+    assert fast.summary["num_completed"] == scenario.workload.num_requests
+    _assert_identical(fast.steps, slow.steps)
+    _assert_identical(
+        {k: fast.requests[k] for k in REQUEST_COLUMNS},
+        {k: slow.requests[k] for k in REQUEST_COLUMNS},
+    )
+    for key in fast.summary:
+        if key != "wall_time_s":
+            assert fast.summary[key] == slow.summary[key] or (
+                fast.summary[key] != fast.summary[key] and slow.summary[key] != slow.summary[key]
+            ), key
+    assert fast_forwarded[0] > 0 and fast_forwarded[1] == 0
+    if name.endswith("kv-pressure"):
+        assert fast.summary["num_preemptions"] > 0
