@@ -8,14 +8,17 @@ as one message with exit code 2.
 from __future__ import annotations
 
 import copy
+import math
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 from rich import box
 from rich.table import Table
+
+if TYPE_CHECKING:  # pandas is imported by the commands themselves: CLI start stays fast
+    import pandas as pd
 
 ScenarioArg = Annotated[
     Path | None,
@@ -45,7 +48,7 @@ def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, An
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, float):
         return f"{value:,.{digits}f}"

@@ -157,11 +157,12 @@ def build_simulation(
     *,
     fast_forward: bool | None = None,
     check_invariants: bool = False,
-    enforce_support: bool = True,
+    enforce_support: bool | None = None,
 ) -> Simulation:
     """Build the node for ``scenario``; relative paths resolve against ``base_dir``.
 
-    ``enforce_support=False`` lets a study run a method on an engine that does not offer it.
+    ``enforce_support=False`` lets a study run a method on an engine that does not offer it
+    (default: refuse unless ``speculation.allow_unsupported`` is set).
     Raise SpecsimError (ScenarioError, CatalogueError) if the scenario cannot run.
     """
     engine = resolve_engine(scenario, base_dir)
@@ -188,7 +189,17 @@ def build_simulation(
         engine.per_sequence_overhead_s,
     )
     strategy = build_strategy(
-        scenario, model, gpu, cost_model, engine.preset, base_dir, enforce_support=enforce_support
+        scenario,
+        model,
+        gpu,
+        cost_model,
+        engine.preset,
+        base_dir,
+        enforce_support=(
+            not scenario.speculation.allow_unsupported
+            if enforce_support is None
+            else enforce_support
+        ),
     )
     memory = plan_memory(
         model,

@@ -104,6 +104,8 @@ class SpeculationConfig(BaseModel):
     draft_tp: int | None = Field(default=None, ge=1, le=8)
     tree: TreeConfig | None = None
     acceptance: AcceptanceConfig | None = None
+    #: Run a method the chosen engine does not implement (a what-if study; results say so).
+    allow_unsupported: bool = False
 
     @field_validator("draft_model")
     @classmethod

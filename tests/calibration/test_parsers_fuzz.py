@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, write_artifact
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from calibration.parsers import KINDS, parse_runs
 from calibration.replay import read_replay_requests
 from sim.errors import CalibrationError
+
+# The samples live in this folder's conftest; tests import in importlib mode, so load it by path.
+_spec = importlib.util.spec_from_file_location(
+    "parser_samples", Path(__file__).with_name("conftest.py")
+)
+assert _spec is not None and _spec.loader is not None
+_samples = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_samples)
+SAMPLES = _samples.SAMPLES
+write_artifact = _samples.write_artifact
 
 _ALPHABET = st.sampled_from([*'{}[]",:.0123456789-eE \n#|%()=abcINfnt_', "\x00", "é"])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-import sim.run
 from sim.catalogue import get_gpu, get_model
 from sim.cost_model import StepCostModel
 from sim.drafting import SUPPORT, Strategy, build_strategy, check_support
@@ -90,13 +88,10 @@ def test_each_strategy_runs_end_to_end(preset: str, method: str, extra: dict[str
     assert float(np.sum(result.steps["draft_s"])) > 0.0
 
 
-def test_lookahead_runs_when_support_is_not_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lookahead_runs_when_support_is_not_enforced() -> None:
     # No engine runs lookahead decoding, so only the unchecked build reaches the engine.
-    monkeypatch.setattr(
-        sim.run, "build_strategy", functools.partial(build_strategy, enforce_support=False)
-    )
     sc = scenario("lookahead", num_speculative_tokens=4, tree={"shape": [5, 1, 1, 1]})
-    result = run_scenario(sc, Path.cwd(), check_invariants=True)
+    result = run_scenario(sc, Path.cwd(), check_invariants=True, enforce_support=False)
     strategy = build(sc, enforce=False)
     assert strategy.extra_tokens_per_decode == 5 * 4  # W·(N − 1)
     assert result.summary["num_completed"] == 12
