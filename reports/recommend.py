@@ -353,6 +353,8 @@ def explain(request: Request, outcomes: list[Outcome], best: Outcome) -> list[st
         rule, expected = f"speculation pays for interactive {request.task} at low load", True
     else:
         rule, expected = "speculation pays at low load", True
+    if not (small or hot or busy):
+        rule += f" (mean batch {base.mean_batch_size:.0f} without it)"
     verdict = "confirms" if pays == expected else "runs against"
     lines.append(f"the simulation {verdict} the rule of thumb: {rule}")
     return lines

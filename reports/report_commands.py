@@ -112,6 +112,8 @@ def _ms(value: float | None) -> str:
 
 def format_recommendation(answer: Recommendation) -> str:
     """The answer as text: best, runner-up, every candidate, and the explanation."""
+    from reports.recommend import MIN_GAIN
+
     r = answer.request
     load = f"{r.concurrency} clients" if r.concurrency is not None else f"{r.rate_per_s:g} req/s"
     lines = [
@@ -131,7 +133,10 @@ def format_recommendation(answer: Recommendation) -> str:
             f"{_ms(o.tpot_p50_ms):>10}{o.output_throughput_tok_s:>9.0f}"
             f"{o.mean_acceptance_length:>9.2f}  {'ok' if o.meets_slo else 'missed'}"
         )
-    lines.append("(latencies in ms)")
+    lines.append(
+        "(latencies in ms; ranked by mean end-to-end latency, SLO first; a drafting "
+        f"configuration less than {MIN_GAIN:.0%} faster than none ranks after it)"
+    )
     lines += ["", "why:", *(f"  {line}" for line in answer.explanation)]
     if answer.not_simulated:
         lines += ["not simulated:", *(f"  {k}: {v}" for k, v in answer.not_simulated.items())]
