@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,9 @@ from sim.engine.node import ArrivalSchedule, ServingNode
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
+from sim.errors import SpecsimError
+from sim.run import build_simulation
+from sim.scenario import validate_document
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -323,3 +327,32 @@ def check_finished(core: EngineCore) -> None:
     # Steps follow each other without overlap.
     ends = steps["start_at_s"] + steps["duration_s"]
     assert (steps["start_at_s"][1:] >= ends[:-1] - 1e-12).all()
+
+
+# --- scenarios ---------------------------------------------------------------------------------
+def _with_utilization(document: dict[str, Any], utilization: float) -> dict[str, Any]:
+    engine = {**document.get("engine", {}), "gpu_memory_utilization": utilization}
+    return {**document, "engine": engine}
+
+
+def _builds(document: dict[str, Any]) -> bool:
+    try:
+        build_simulation(validate_document(document, "tight pool"), Path("."))
+    except SpecsimError:
+        return False
+    return True
+
+
+def tight_pool(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with nearly the smallest gpu_memory_utilization that still builds (bisection;
+    building succeeds above a threshold): a KV pool barely above the longest request, so a burst
+    of requests must preempt."""
+    low, high = 0.05, 0.9
+    assert _builds(_with_utilization(document, high))
+    while high - low > 0.002:
+        middle = (low + high) / 2
+        if _builds(_with_utilization(document, middle)):
+            high = middle
+        else:
+            low = middle
+    return _with_utilization(document, high)

@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-from sim.errors import SpecsimError
 from sim.run import REQUEST_COLUMNS, build_simulation, execute
 from sim.scenario import validate_document
 
-from .harness import EngineSetup, check_finished, record_of, run_node
+from .harness import EngineSetup, check_finished, record_of, run_node, tight_pool
 from .strategies import engine_setups
 
 
@@ -87,34 +86,6 @@ def _scenario(**overrides: Any) -> dict[str, Any]:
     return document
 
 
-def _with_utilization(document: dict[str, Any], utilization: float) -> dict[str, Any]:
-    engine = {**document.get("engine", {}), "gpu_memory_utilization": utilization}
-    return {**document, "engine": engine}
-
-
-def _builds(document: dict[str, Any]) -> bool:
-    try:
-        build_simulation(validate_document(document, "tight pool"), Path("."))
-    except SpecsimError:
-        return False
-    return True
-
-
-def _tight_pool(document: dict[str, Any]) -> dict[str, Any]:
-    """``document`` with nearly the smallest gpu_memory_utilization that still builds (bisection;
-    building succeeds above a threshold): a KV pool barely above the longest request, so a burst
-    of requests must preempt."""
-    low, high = 0.05, 0.9
-    assert _builds(_with_utilization(document, high))
-    while high - low > 0.002:
-        middle = (low + high) / 2
-        if _builds(_with_utilization(document, middle)):
-            high = middle
-        else:
-            low = middle
-    return _with_utilization(document, high)
-
-
 SCENARIOS = {
     "open-loop": _scenario(),
     "closed-loop": _scenario(
@@ -151,7 +122,7 @@ SCENARIOS = {
 def test_identical_records_for_whole_scenarios(name: str) -> None:
     document = SCENARIOS[name]
     if name.endswith("kv-pressure"):
-        document = _tight_pool(document)
+        document = tight_pool(document)
     scenario = validate_document(document, name)
     results = []
     fast_forwarded = [0, 0]
