@@ -70,8 +70,8 @@ def smooth_max(a: ArrayLike, b: ArrayLike, p: float) -> FloatArray:
     high = np.maximum(a, b)
     if np.isinf(p):
         return high
-    low = np.minimum(a, b)
-    ratio = np.divide(low, high, out=np.zeros_like(high), where=high > 0)
+    # Where both are 0 the ratio's denominator is floored, giving 0 / tiny = 0 and a result of 0.
+    ratio = np.minimum(a, b) / np.maximum(high, 1e-300)
     return high * (1.0 + ratio**p) ** (1.0 / p)
 
 
@@ -201,16 +201,33 @@ class StepCostModel:
 
     # --- whole step --------------------------------------------------------------------------
     def breakdown(self, shape: StepShape) -> dict[str, FloatArray]:
-        """Each operator class's time for ``shape`` (``draft_s`` is zero: strategies add it)."""
-        fixed = self.fixed_s(shape.num_seqs)
-        linear = self.linear_s(shape.num_tokens, shape.num_logit_tokens)
+        """Each operator class's time for ``shape`` (``draft_s`` is zero: strategies add it).
+
+        The same arithmetic as the operator-class methods above, fused into as few array
+        operations as possible: the engine calls this once per step or fast-forwarded segment.
+        """
+        num_seqs = np.asarray(shape.num_seqs, dtype=np.float64)
+        n = np.asarray(shape.num_tokens, dtype=np.float64)
+        n_logits = np.asarray(shape.num_logit_tokens, dtype=np.float64)
+        if self._moe:
+            linear = self.linear_s(n, n_logits)
+        else:
+            flop_s = self._flop_s_per_token * n + self._flop_s_per_logit * n_logits
+            linear = smooth_max(self._dense_weight_s, flop_s, self.efficiency.roofline_p)
+            linear = linear + self._gemm_floor_s
+        zeros = np.zeros_like(n)
         return {
-            "fixed_s": fixed,
+            "fixed_s": self.step_overhead_s + self.per_sequence_overhead_s * num_seqs,
             "linear_s": linear,
-            "attention_s": self.attention_s(shape.kv_read_tokens, shape.attention_pairs),
-            "allreduce_s": self.allreduce_s(shape.num_tokens),
-            "sampling_s": self.sampling_s(shape.num_logit_tokens),
-            "draft_s": np.zeros_like(linear),
+            "attention_s": np.maximum(
+                self._kv_s_per_token * np.asarray(shape.kv_read_tokens, dtype=np.float64),
+                self._attention_s_per_pair * np.asarray(shape.attention_pairs, dtype=np.float64),
+            ),
+            "allreduce_s": zeros
+            if self.tp == 1
+            else self._allreduce_const_s + self._allreduce_s_per_token * n,
+            "sampling_s": self._sampling_s_per_logit * n_logits,
+            "draft_s": zeros,
         }
 
     def step_time(self, shape: StepShape) -> FloatArray:

@@ -93,6 +93,13 @@ class NetworkCost:
         self._allreduce_s = (
             2.0 * network.num_layers * gpu.allreduce_latency_at(tp) if tp > 1 else 0.0
         )
+        # Per-unit coefficients, so a forward costs a handful of array operations.
+        self._weight_s = network.weight_bytes / self._bw
+        self._flop_s_per_token = 2.0 * network.body_params / self._flops
+        self._flop_s_per_logit = 2.0 * network.head_params / self._flops
+        self._kv_s_per_token = network.kv_bytes_per_token / self._kv_bw
+        self._attention_s_per_pair = network.attention_flops_per_pair / self._flops
+        self._fixed_s = self._floor_s + self._allreduce_s
 
     def forward_s(
         self,
@@ -104,10 +111,10 @@ class NetworkCost:
         """One forward over ``num_tokens`` tokens producing ``num_logit_tokens`` logit rows."""
         n = np.asarray(num_tokens, dtype=np.float64)
         n_logits = np.asarray(num_logit_tokens, dtype=np.float64)
-        net = self.network
-        flops = 2.0 * (net.body_params * n + net.head_params * n_logits)
-        linear = smooth_max(net.weight_bytes / self._bw, flops / self._flops, self._p)
-        kv_bytes = np.asarray(kv_read_tokens, dtype=np.float64) * net.kv_bytes_per_token
-        attn_flops = np.asarray(attention_pairs, dtype=np.float64) * net.attention_flops_per_pair
-        attention = np.maximum(kv_bytes / self._kv_bw, attn_flops / self._flops)
-        return np.asarray(linear + self._floor_s + attention + self._allreduce_s)
+        flop_s = self._flop_s_per_token * n + self._flop_s_per_logit * n_logits
+        linear = smooth_max(self._weight_s, flop_s, self._p)
+        attention = np.maximum(
+            self._kv_s_per_token * np.asarray(kv_read_tokens, dtype=np.float64),
+            self._attention_s_per_pair * np.asarray(attention_pairs, dtype=np.float64),
+        )
+        return np.asarray(linear + attention + self._fixed_s)

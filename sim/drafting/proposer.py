@@ -55,14 +55,13 @@ class Batch:
 
     @staticmethod
     def of(work: DraftWork) -> Batch:
-        num_seqs = np.atleast_1d(np.asarray(work.num_seqs, dtype=np.float64))
-        proposed = np.atleast_1d(np.asarray(work.num_proposed, dtype=np.float64))
+        num_seqs = np.asarray(work.num_seqs, dtype=np.float64).reshape(-1)
         return Batch(
             num_seqs=num_seqs,
-            num_new_tokens=np.atleast_1d(np.asarray(work.num_new_tokens, dtype=np.float64)),
-            context_tokens=np.atleast_1d(np.asarray(work.context_tokens, dtype=np.float64)),
-            num_full_accept=np.atleast_1d(np.asarray(work.num_full_accept, dtype=np.float64)),
-            drafting=(num_seqs > 0) & (proposed > 0),
+            num_new_tokens=np.asarray(work.num_new_tokens, dtype=np.float64).reshape(-1),
+            context_tokens=np.asarray(work.context_tokens, dtype=np.float64).reshape(-1),
+            num_full_accept=np.asarray(work.num_full_accept, dtype=np.float64).reshape(-1),
+            drafting=(num_seqs > 0) & (np.asarray(work.num_proposed).reshape(-1) > 0),
         )
 
     @property
@@ -133,7 +132,7 @@ class ForwardProposer(Strategy):
 
     def draft_time_s(self, work: DraftWork) -> FloatArray:
         batch = Batch.of(work)
-        total = np.where(batch.drafting, self.overheads.per_step_s, 0.0)
+        total = np.full(len(batch.num_seqs), self.overheads.per_step_s)
         for forward in self.forwards(batch):
             seconds = forward.cost(
                 forward.num_tokens,
@@ -141,8 +140,9 @@ class ForwardProposer(Strategy):
                 forward.kv_read_tokens,
                 forward.attention_pairs,
             )
-            total = total + np.where(forward.active, self.overheads.per_forward_s + seconds, 0.0)
-        return np.asarray(total, dtype=np.float64)
+            total = total + (self.overheads.per_forward_s + seconds) * forward.active
+        # Steps in which nothing drafts cost nothing (the per-step overhead included).
+        return np.asarray(total * batch.drafting, dtype=np.float64)
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()

@@ -135,7 +135,7 @@ class Scheduler:
                 r.known_tokens(running) - r.num_computed_tokens[running],
             )
             cum = np.cumsum(want)
-            take = np.clip(budget - (cum - want), 0, want)
+            take = np.minimum(np.maximum(budget - (cum - want), 0), want)
             # A decode short of budget verifies fewer drafts (vLLM V1 trims spec tokens).
             proposed = np.where(is_dec, np.maximum(take - 1 - cfg.extra_tokens_per_decode, 0), 0)
             accepted = np.minimum(accepted, proposed)

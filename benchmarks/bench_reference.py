@@ -1,0 +1,87 @@
+"""The simulator's own speed and memory on the reference workload, printed as figures.
+
+The reference workload (``benchmarks/reference_llama2_70b_a100.yaml``): Llama-2-70B on two
+A100-80GB (TP2), Poisson arrivals at 0.8 requests/s, prompt and output lengths drawn from the
+Azure conversation trace, max_num_seqs 128. Each case runs in a fresh Python process, so the wall
+time and the peak resident memory include interpreter start-up, imports and loading the scenario:
+the whole process, as a user running ``specsim`` pays it.
+
+Targets: 10,000 requests without speculation in ≤ 3.0 s and ≤ 300 MB; with EAGLE-3 (k = 3,
+trace-driven acceptance) in ≤ 4 s and ≤ 350 MB; cost linear in the number of steps.
+
+Run: ``python benchmarks/bench_reference.py`` (add ``--quick`` to skip the 100,000-request case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCENARIO = HERE / "reference_llama2_70b_a100.yaml"
+
+#: The child process: load the scenario, simulate, summarise; print the summary's key figures.
+CHILD = """
+import json, sys
+from pathlib import Path
+from sim.run import run_scenario
+from sim.scenario import load_scenario
+scenario, base_dir = load_scenario(Path(sys.argv[1]), sys.argv[2:])
+summary = run_scenario(scenario, base_dir).summary
+print(json.dumps({k: summary[k] for k in ("num_steps", "num_completed", "wall_time_s",
+                  "output_throughput_tok_s", "mean_acceptance_length")}))
+"""
+
+EAGLE3 = [
+    "speculation.method=eagle3",
+    "speculation.num_speculative_tokens=3",
+    "speculation.acceptance.trace=llama-3.1-8b/sharegpt",
+]
+
+
+def run_case(overrides: list[str]) -> dict[str, float]:
+    """Run one case in a fresh process; return its figures with wall time and peak RSS."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(SCENARIO), *overrides],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - started
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    # ru_maxrss of children is the largest child so far: cases run in increasing size order.
+    figures["process_wall_s"] = wall
+    figures["peak_rss_mb"] = max(peak_kib, before) / 1024.0
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="skip the 100,000-request case")
+    args = parser.parse_args()
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    print(
+        f"{'case':<28}{'requests':>10}{'steps':>11}{'process s':>11}{'sim s':>8}"
+        f"{'peak MB':>9}{'us/step':>9}"
+    )
+    cases = [("none", n, []) for n in sizes] + [("eagle3 k=3 trace", 10_000, EAGLE3)]
+    for label, n, extra in cases:
+        figures = run_case([f"workload.num_requests={n}", *extra])
+        per_step_us = figures["wall_time_s"] / figures["num_steps"] * 1e6
+        print(
+            f"{label:<28}{n:>10,}{figures['num_steps']:>11,}{figures['process_wall_s']:>11.2f}"
+            f"{figures['wall_time_s']:>8.2f}{figures['peak_rss_mb']:>9.0f}{per_step_us:>9.1f}"
+        )
+    print("\ntargets: 10,000 requests: none <= 3.0 s and <= 300 MB; eagle3 <= 4 s and <= 350 MB")
+
+
+if __name__ == "__main__":
+    main()
