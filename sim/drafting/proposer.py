@@ -15,6 +15,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,7 @@ class Batch:
             drafting=(num_seqs > 0) & (np.asarray(work.num_proposed).reshape(-1) > 0),
         )
 
-    @property
+    @cached_property
     def mean_context(self) -> FloatArray:
         """Mean context length of the drafting sequences (0 where none drafts)."""
         return np.divide(
