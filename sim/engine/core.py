@@ -1,12 +1,12 @@
-"""The engine core: executes steps chosen by the scheduler and advances the clock.
+"""The engine core: executes the steps the scheduler chooses and advances the clock.
 
-Two paths produce identical records. ``step()`` asks the scheduler for one batch and executes it.
-``fast_forward()`` handles the common stretch between events that change the batch (an arrival
-that could be admitted, a completion, a block shortage): while every running sequence decodes,
-each step's shape is known in advance from the sequences' lengths and their acceptance plans, so
-many steps are costed and applied at once with numpy. Both paths share the shape arithmetic
-(integer sums, then one cost-model call) and accumulate time with a sequential add, so the
-numbers agree to the last bit; a test runs both and compares.
+``step()`` asks the scheduler for one batch and executes it. Between events that change the batch
+(an arrival that could be admitted, a completion, a block shortage), every running sequence
+decodes and the steps are predictable: :mod:`sim.engine.segment` plans many of them at once, and
+the core costs them with one cost-model call. A scheduled step after which the batch is
+predictable is costed together with the stretch that follows it. With fast-forward off every step
+goes through the scheduler; both ways share the integer shape arithmetic and accumulate time with
+a sequential add, so their records agree to the last bit (a test runs both and compares).
 
 Same-time order: a step starting at t sees every arrival with arrival time <= t.
 """
@@ -19,19 +19,17 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from sim.cost_model import BREAKDOWN_KEYS, StepCostModel, StepShape
+from sim.cost_model import StepCostModel, StepShape
 from sim.engine.drafter import Drafter, DraftWork, StepPlan
-from sim.engine.kv_cache import BlockManager, blocks_for
+from sim.engine.kv_cache import BlockManager
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import ScheduledBatch, Scheduler
+from sim.engine.segment import commit_segment, plan_segment
 from sim.errors import InvariantError
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
-
-#: Steps costed per fast-forward chunk; a segment may span several chunks.
-FAST_FORWARD_CHUNK = 64
 
 
 @dataclass(frozen=True)
@@ -104,9 +102,51 @@ class EngineCore:
         """Start of each step and the end of the last: a sequential sum from the clock."""
         return np.add.accumulate(np.concatenate(([self.clock_s], durations)))
 
-    # --- the general path ---------------------------------------------------------------------
-    def step(self, num_waiting: int) -> None:
-        """Schedule and execute one step starting at the current clock."""
+    # --- one engine step, or a stretch of them --------------------------------------------------
+    def advance(
+        self, next_arrival_at_s: float, waiting_at: Callable[[FloatArray], IntArray]
+    ) -> None:
+        """Run the next step, or the next stretch of predictable decode steps.
+
+        ``next_arrival_at_s`` is the next arrival not yet released; a stretch never runs past a
+        step that starts at or after it while a new request could be admitted. ``waiting_at``
+        counts the requests waiting at given times (for the step records).
+        """
+        if self.can_fast_forward():
+            segment = plan_segment(self)
+            if segment is not None:
+                durations, parts = self._durations(segment.totals, segment.work)
+                starts = self._starts(durations)
+                length = self._cut_for_arrival(segment.length, starts, next_arrival_at_s, 0)
+                commit_segment(self, segment, length, starts, durations, parts, waiting_at)
+                self._check()
+                return
+        self.step(len(self.scheduler.waiting), next_arrival_at_s, waiting_at)
+
+    def _cut_for_arrival(
+        self, length: int, starts: FloatArray, next_arrival_at_s: float, offset: int
+    ) -> int:
+        """How many steps of a decode stretch to keep: none that starts at or after the next
+        arrival while that arrival could be admitted. Step j of the stretch starts at
+        ``starts[offset + j]``; with ``offset`` 0 its first step starts now and always runs."""
+        if len(self.scheduler.running) >= self.scheduler.config.max_num_seqs:
+            return length
+        lo = 1 - offset
+        late = starts[offset + lo : offset + length] >= next_arrival_at_s
+        return lo + int(np.argmax(late)) if late.any() else length
+
+    def step(
+        self,
+        num_waiting: int,
+        next_arrival_at_s: float = np.inf,
+        waiting_at: Callable[[FloatArray], IntArray] | None = None,
+    ) -> None:
+        """Schedule and execute one step starting at the current clock.
+
+        With fast-forward on (and ``waiting_at`` given), a step after which every running
+        sequence decodes is costed together with the decode stretch that follows it.
+        Raise InvariantError if nothing can be scheduled.
+        """
         batch = self.scheduler.schedule(self.clock_s)
         if len(batch.ids) == 0:
             raise InvariantError(
@@ -139,26 +179,20 @@ class EngineCore:
         else:
             zero = np.zeros(1, dtype=np.int64)
             work = DraftWork(zero, zero, zero, zero, zero)
-        durations, parts = self._durations(totals, work)
-        starts = self._starts(durations)
-        end = float(starts[-1])
         kv_used = self.kv.num_used  # scratch blocks are already out of the free pool
 
-        # Apply: emissions, ITL, KV commit/rollback, completions.
+        # The step's effects that do not depend on its duration.
         emitting = emitted > 0
         prior = r.num_emitted[ids]
         first = emitting & (prior == 0)
-        r.first_token_at_s[ids[first]] = end
         later = emitting & (prior > 0)
         regular = later & (r.last_emit_step[ids] == self.num_steps - 1)
-        irregular = later & ~regular
-        self.recorder.add_irregular_itl(end - r.last_emit_at_s[ids[irregular]], end)
+        irregular = ids[later & ~regular]
         r.num_emitted[ids] += emitted
         r.num_computed_tokens[ids] = new_computed
         r.num_decode_steps[ids] += is_dec
         r.num_drafted[ids] += batch.proposed
         r.num_accepted[ids] += batch.accepted
-        r.last_emit_at_s[ids[emitting]] = end
         r.last_emit_step[ids[emitting]] = self.num_steps
         self.kv.release_scratch(batch.scratch_blocks)
         self.kv.set_logical(ids, new_computed)
@@ -166,12 +200,26 @@ class EngineCore:
             self.kv.truncate(ids[is_dec])
         else:
             self.kv.allocate(ids[is_dec], new_computed[is_dec])
+        self.num_steps += 1
 
+        # Cost the step, with the decode stretch that follows when it is predictable now.
+        segment = None
+        if waiting_at is not None and not finishing.any() and self.can_fast_forward():
+            segment = plan_segment(self)
+        if segment is not None:
+            totals, work = _concat_totals(totals, segment.totals), _concat_work(work, segment.work)
+        durations, parts = self._durations(totals, work)
+        starts = self._starts(durations)
+        end = float(starts[1])
+
+        r.first_token_at_s[ids[first]] = end
+        self.recorder.add_irregular_itl(end - r.last_emit_at_s[irregular], end)
+        r.last_emit_at_s[ids[emitting]] = end
         self.recorder.append(
             {
-                "start_at_s": starts[:-1],
-                "duration_s": durations,
-                **parts,
+                "start_at_s": starts[:1],
+                "duration_s": durations[:1],
+                **{key: value[:1] for key, value in parts.items()},
                 "num_seqs": len(ids),
                 "num_decode_seqs": int(is_dec.sum()),
                 "num_prefill_seqs": int((~is_dec).sum()),
@@ -186,10 +234,21 @@ class EngineCore:
             }
         )
         self.clock_s = end
-        self.num_steps += 1
-        self._finish(ids[finishing], end)
-        if self.check:
-            self.scheduler.check_invariants()
+        self.finish(ids[finishing], end)
+        self._check()
+        if segment is not None and waiting_at is not None:
+            length = self._cut_for_arrival(segment.length, starts, next_arrival_at_s, 1)
+            if length > 0:
+                commit_segment(
+                    self,
+                    segment,
+                    length,
+                    starts[1:],
+                    durations[1:],
+                    {key: value[1:] for key, value in parts.items()},
+                    waiting_at,
+                )
+                self._check()
 
     def _draft_work(
         self,
@@ -212,7 +271,8 @@ class EngineCore:
             num_proposed=np.array([(next_proposed * drafting).sum()]),
         )
 
-    def _finish(self, ids: IntArray, end: float) -> None:
+    def finish(self, ids: IntArray, end: float) -> None:
+        """Retire the requests ``ids`` that emitted their last token in a step ending at ``end``."""
         if len(ids) == 0:
             return
         self.requests.finished_at_s[ids] = end
@@ -220,7 +280,10 @@ class EngineCore:
         if self.on_finish is not None:
             self.on_finish(ids, end)
 
-    # --- the fast path ------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self.check:
+            self.scheduler.check_invariants()
+
     def can_fast_forward(self) -> bool:
         """Whether the next steps are pure decodes whose shapes are known in advance."""
         s = self.scheduler
@@ -234,271 +297,23 @@ class EngineCore:
             s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()
         )
 
-    def fast_forward(
-        self, next_arrival_at_s: float, waiting_at: Callable[[FloatArray], IntArray]
-    ) -> int:
-        """Execute up to FAST_FORWARD_CHUNK pure-decode steps at once; return how many ran.
 
-        Stops after the first step in which a sequence finishes, before a step that would need
-        more KV blocks or token budget than there are, and before the first step that starts at or
-        after ``next_arrival_at_s`` when a new request could be admitted.
-        """
-        s, r, kv = self.scheduler, self.requests, self.kv
-        ids = s.running
-        computed0 = r.num_computed_tokens[ids]
-        remaining = r.output_tokens[ids] - r.num_emitted[ids]
-        arrival_matters = len(ids) < s.config.max_num_seqs and next_arrival_at_s < np.inf
-        # Every step emits at least one token per sequence, so the first completion comes within
-        # min(remaining) steps; an arrival, within about (gap / last step) steps. Costing more
-        # steps than that would be wasted work (a segment that ends early simply continues).
-        m = min(FAST_FORWARD_CHUNK, int(remaining.min()))
-        extra = s.config.extra_tokens_per_decode
-        if not len(self.plan.proposed):
-            return self._fast_forward_plain(
-                ids, computed0, m, 1 + extra, next_arrival_at_s, arrival_matters, waiting_at
-            )
-        j = np.arange(m)
-        if len(self.plan.proposed):
-            position = (self.plan.offsets[ids] + r.num_decode_steps[ids])[:, None] + np.arange(
-                m + 1
-            )
-            inside = position < self.plan.offsets[ids + 1][:, None]
-            safe = np.where(inside, position, 0)
-            proposed_all = np.where(inside, self.plan.proposed[safe], 0).astype(np.int64)
-            accepted = np.where(inside[:, :m], self.plan.accepted[safe[:, :m]], 0).astype(np.int64)
-            proposed = proposed_all[:, :m]
-            raw = accepted + 1
-            cum = np.cumsum(raw, axis=1)
-            before = cum - raw
-            rem = remaining[:, None]
-            emitted = np.minimum(raw, np.maximum(rem - before, 0))
-            finishing = cum >= rem
-        else:
-            proposed_all = proposed = accepted = np.zeros((len(ids), m + 1), dtype=np.int64)
-            proposed, accepted = proposed[:, :m], accepted[:, :m]
-            before = np.broadcast_to(j, (len(ids), m))
-            emitted = np.ones((len(ids), m), dtype=np.int64)
-            finishing = (j + 1)[None, :] >= remaining[:, None]
-        computed = computed0[:, None] + before
-        take = (1 + extra) + proposed
-        tokens = take.sum(axis=0)
-        if s.config.rollback_policy == "in_place":
-            blocks = blocks_for(computed + take, kv.block_size).sum(axis=0)
-        else:
-            blocks = (
-                blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)
-            ).sum(axis=0)
-        capacity = kv.num_free + int(kv.held[ids].sum())
-        ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
-        length = m if ok.all() else int(np.argmin(ok))
-        any_finish: NDArray[np.bool_] = np.asarray(finishing.any(axis=0))
-        if any_finish[:length].any():
-            length = int(np.argmax(any_finish)) + 1
-        if length == 0:
-            return 0
-        if length < m:
-            proposed, accepted, emitted = (
-                proposed[:, :length],
-                accepted[:, :length],
-                emitted[:, :length],
-            )
-            computed, take, finishing = (
-                computed[:, :length],
-                take[:, :length],
-                finishing[:, :length],
-            )
-            tokens, blocks = tokens[:length], blocks[:length]
-        drafting = ~finishing
-        new_computed = computed + emitted
-        totals = StepTotals(
-            num_seqs=np.full(length, len(ids), dtype=np.int64),
-            num_tokens=tokens,
-            num_logit_tokens=tokens,
-            kv_read_tokens=(computed + take).sum(axis=0),
-            attention_pairs_x2=(2 * take * computed + take * (take + 1)).sum(axis=0),
-        )
-        work = DraftWork(
-            num_seqs=drafting.sum(axis=0),
-            num_new_tokens=(emitted * drafting).sum(axis=0),
-            context_tokens=(new_computed * drafting).sum(axis=0),
-            num_full_accept=(drafting & (proposed > 0) & (accepted == proposed)).sum(axis=0),
-            num_proposed=(proposed_all[:, 1 : length + 1] * drafting).sum(axis=0),
-        )
-        durations, parts = self._durations(totals, work)
-        starts = self._starts(durations)
-        # Cut before the first step that starts once a new request could be admitted.
-        if arrival_matters:
-            late = starts[1:length] >= next_arrival_at_s
-            if late.any():
-                length = int(np.argmax(late)) + 1
-                starts, durations = starts[: length + 1], durations[:length]
-                parts = {k: v[:length] for k, v in parts.items()}
-        return self._commit_segment(
-            ids,
-            length,
-            starts,
-            durations,
-            parts,
-            totals,
-            emitted,
-            proposed,
-            accepted,
-            new_computed,
-            finishing,
-            blocks,
-            waiting_at,
-        )
+def _concat_totals(a: StepTotals, b: StepTotals) -> StepTotals:
+    return StepTotals(
+        *(np.concatenate((x, y)) for x, y in zip(astuple_totals(a), astuple_totals(b), strict=True))
+    )
 
-    def _fast_forward_plain(
-        self,
-        ids: IntArray,
-        computed0: IntArray,
-        m: int,
-        take: int,
-        next_arrival_at_s: float,
-        arrival_matters: bool,
-        waiting_at: Callable[[FloatArray], IntArray],
-    ) -> int:
-        """:meth:`fast_forward` without speculation: every sequence computes ``take`` tokens and
-        emits one per step, so the step aggregates are closed forms in the step index.
 
-        The first completion is at step ``m - 1`` exactly when ``m`` equals the smallest remaining
-        output (the caller chose ``m`` no larger).
-        """
-        s, r, kv = self.scheduler, self.requests, self.kv
-        num = len(ids)
-        j = np.arange(m)
-        sum_c0 = int(computed0.sum())
-        # computed_ij = c0_i + j; tokens per step num·take; every sum is an exact integer.
-        context = sum_c0 + num * j
-        if s.config.rollback_policy == "in_place" or take == 1:
-            blocks = blocks_for(computed0[:, None] + (j + take), kv.block_size).sum(axis=0)
-        else:
-            blocks = blocks_for(computed0[:, None] + (j + 1), kv.block_size).sum(
-                axis=0
-            ) + num * int(blocks_for(take - 1, kv.block_size))
-        capacity = kv.num_free + int(kv.held[ids].sum())
-        tokens_per_step = num * take
-        if tokens_per_step > s.config.max_num_batched_tokens:
-            return 0
-        fits = blocks <= capacity
-        length = m if fits.all() else int(np.argmin(fits))
-        if length == 0:
-            return 0
-        remaining = r.output_tokens[ids] - r.num_emitted[ids]
-        context, blocks = context[:length], blocks[:length]
-        tokens = np.full(length, tokens_per_step, dtype=np.int64)
-        totals = StepTotals(
-            num_seqs=np.full(length, num, dtype=np.int64),
-            num_tokens=tokens,
-            num_logit_tokens=tokens,
-            kv_read_tokens=context + tokens_per_step,
-            attention_pairs_x2=2 * take * context + num * take * (take + 1),
-        )
-        zeros = np.zeros(length, dtype=np.int64)
-        durations, parts = self._durations(totals, DraftWork(zeros, zeros, zeros, zeros, zeros))
-        starts = self._starts(durations)
-        if arrival_matters:
-            late = starts[1:length] >= next_arrival_at_s
-            if late.any():
-                length = int(np.argmax(late)) + 1
-                starts, durations = starts[: length + 1], durations[:length]
-                parts = {k: v[:length] for k, v in parts.items()}
-        end = float(starts[-1])
-        new_computed = computed0 + length
-        r.num_emitted[ids] += length
-        r.num_computed_tokens[ids] = new_computed
-        r.num_decode_steps[ids] += length
-        r.last_emit_at_s[ids] = end
-        r.last_emit_step[ids] = self.num_steps + length - 1
-        kv.set_logical(ids, new_computed)
-        keep = blocks_for(new_computed, kv.block_size)
-        kv.num_free += int(kv.held[ids].sum() - keep.sum())
-        kv.held[ids] = keep
-        self.recorder.append(
-            {
-                "start_at_s": starts[:-1],
-                "duration_s": durations,
-                **parts,
-                "num_seqs": num,
-                "num_decode_seqs": num,
-                "num_prefill_seqs": 0,
-                "num_tokens": tokens_per_step,
-                "num_prefill_tokens": 0,
-                "num_emitted_tokens": num,
-                "num_draft_tokens": 0,
-                "num_accepted_tokens": 0,
-                "kv_blocks_used": blocks[:length],
-                "num_waiting": waiting_at(starts[:-1]),
-                "num_regular_itl": num,
-            }
-        )
-        self.clock_s = end
-        self.num_steps += length
-        self._finish(ids[remaining == length], end)
-        if self.check:
-            self.scheduler.check_invariants()
-        return length
+def astuple_totals(t: StepTotals) -> tuple[IntArray, ...]:
+    """The fields of a :class:`StepTotals`, in order."""
+    return (t.num_seqs, t.num_tokens, t.num_logit_tokens, t.kv_read_tokens, t.attention_pairs_x2)
 
-    def _commit_segment(
-        self,
-        ids: IntArray,
-        length: int,
-        starts: FloatArray,
-        durations: FloatArray,
-        parts: dict[str, FloatArray],
-        totals: StepTotals,
-        emitted: IntArray,
-        proposed: IntArray,
-        accepted: IntArray,
-        new_computed: IntArray,
-        finishing: NDArray[np.bool_],
-        blocks: IntArray,
-        waiting_at: Callable[[FloatArray], IntArray],
-    ) -> int:
-        r, kv = self.requests, self.kv
-        emitted, proposed, accepted = (
-            emitted[:, :length],
-            proposed[:, :length],
-            accepted[:, :length],
-        )
-        ends = starts[1:]
-        end = float(ends[-1])
-        r.num_emitted[ids] += emitted.sum(axis=1)
-        r.num_computed_tokens[ids] = new_computed[:, length - 1]
-        r.num_decode_steps[ids] += length
-        r.num_drafted[ids] += proposed.sum(axis=1)
-        r.num_accepted[ids] += accepted.sum(axis=1)
-        r.last_emit_at_s[ids] = end
-        r.last_emit_step[ids] = self.num_steps + length - 1
-        # KV: each sequence ends holding exactly the blocks of its committed tokens.
-        kv.set_logical(ids, new_computed[:, length - 1])
-        keep = blocks_for(new_computed[:, length - 1], kv.block_size)
-        kv.num_free += int(kv.held[ids].sum() - keep.sum())
-        kv.held[ids] = keep
-        num_seqs = len(ids)
-        self.recorder.append(
-            {
-                "start_at_s": starts[:-1],
-                "duration_s": durations,
-                **{k: parts[k][:length] for k in BREAKDOWN_KEYS},
-                "num_seqs": num_seqs,
-                "num_decode_seqs": num_seqs,
-                "num_prefill_seqs": 0,
-                "num_tokens": totals.num_tokens[:length],
-                "num_prefill_tokens": 0,
-                "num_emitted_tokens": emitted.sum(axis=0),
-                "num_draft_tokens": proposed.sum(axis=0),
-                "num_accepted_tokens": accepted.sum(axis=0),
-                "kv_blocks_used": blocks[:length],
-                "num_waiting": waiting_at(starts[:-1]),
-                "num_regular_itl": num_seqs,
-            }
-        )
-        self.clock_s = end
-        self.num_steps += length
-        done = finishing[:, length - 1]
-        self._finish(ids[done], end)
-        if self.check:
-            self.scheduler.check_invariants()
-        return length
+
+def _concat_work(a: DraftWork, b: DraftWork) -> DraftWork:
+    return DraftWork(
+        np.concatenate((a.num_seqs, b.num_seqs)),
+        np.concatenate((a.num_new_tokens, b.num_new_tokens)),
+        np.concatenate((a.context_tokens, b.context_tokens)),
+        np.concatenate((a.num_full_accept, b.num_full_accept)),
+        np.concatenate((a.num_proposed, b.num_proposed)),
+    )

@@ -147,9 +147,5 @@ class ServingNode:
                 core.clock_s = max(core.clock_s, next_at)
                 yield self.env.timeout(max(0.0, core.clock_s - self.env.now))
                 continue
-            ran = 0
-            if core.can_fast_forward():
-                ran = core.fast_forward(self.arrivals.next_at_s(), self._waiting_at)
-            if ran == 0:
-                core.step(len(scheduler.waiting))
+            core.advance(self.arrivals.next_at_s(), self._waiting_at)
             yield self.env.timeout(max(0.0, core.clock_s - self.env.now))
