@@ -259,11 +259,24 @@ def test_any_value_anywhere_fails_only_with_specsim_errors(
         node[path[-1]] = value
     try:
         scenario = validate_document(document, "fuzz")
+        if scenario.workload.num_requests > 20:
+            return  # a valid but long run: its size is another test's concern
         result = run_scenario(scenario, Path("."), check_invariants=True)
     except SpecsimError as exc:
         assert not isinstance(exc, InvariantError), exc
         return
     assert result.summary["num_completed"] == result.summary["num_requests"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="workload.num_requests has no upper bound: 1e16 validates and building the workload "
+    "raises numpy's MemoryError (a traceback at the command line)",
+)
+def test_an_absurd_request_count_is_a_scenario_error() -> None:
+    document = {"workload": {"num_requests": 10**16}}
+    with pytest.raises(ScenarioError, match=r"workload\.num_requests"):
+        build_simulation(validate_document(document, "huge"), Path("."))
 
 
 # --- the command line --------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 The builders take the scheduling limits, the KV pool and the acceptance plans directly, so a test
 can make the pool tiny (to force preemption) or the token budget small (to force chunked prefill)
-without going through the scenario's memory planner. ``run_node`` runs the real SimPy node;
-``ObservedCore`` calls an observer after every ``step()`` and ``fast_forward()``.
+without going through the scenario's memory planner. ``run_node`` runs the real SimPy node one
+event at a time and calls an observer after each; ``Monitor`` is the observer that checks the
+engine's properties between events.
 """
 
 from __future__ import annotations
@@ -64,36 +65,8 @@ class EngineSetup:
     max_accepted: int = 0
 
 
-class ObservedCore(EngineCore):
-    """An engine core that calls ``observer(core)`` after every step or fast-forwarded segment,
-    and counts the steps it fast-forwarded."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.observer: Callable[[EngineCore], None] | None = None
-        self.num_fast_forwarded_steps = 0
-
-    def step(self, num_waiting: int) -> None:
-        super().step(num_waiting)
-        if self.observer is not None:
-            self.observer(self)
-
-    def fast_forward(
-        self, next_arrival_at_s: float, waiting_at: Callable[[FloatArray], IntArray]
-    ) -> int:
-        ran = super().fast_forward(next_arrival_at_s, waiting_at)
-        self.num_fast_forwarded_steps += ran
-        if ran and self.observer is not None:
-            self.observer(self)
-        return ran
-
-
-def build_core(
-    setup: EngineSetup,
-    fast_forward: bool = True,
-    observer: Callable[[EngineCore], None] | None = None,
-) -> ObservedCore:
-    """An engine core over ``setup``, checking its invariants after every step."""
+def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
+    """An engine core over ``setup``, checking its own invariants after every step."""
     n = len(setup.prompt_tokens)
     requests = RequestTable(
         prompt_tokens=np.asarray(setup.prompt_tokens, dtype=np.int64).copy(),
@@ -108,7 +81,7 @@ def build_core(
         setup.rollback_policy,
         setup.extra_tokens_per_decode,
     )
-    core = ObservedCore(
+    return EngineCore(
         Scheduler(config, requests, kv, plan),
         cost_model(),
         NoDrafter(),
@@ -117,17 +90,20 @@ def build_core(
         fast_forward,
         check_invariants=True,
     )
-    core.observer = observer
-    return core
 
 
-def run_node(
+def drive_node(
     setup: EngineSetup,
     fast_forward: bool = True,
     observer: Callable[[EngineCore], None] | None = None,
-) -> ObservedCore:
-    """Run the SimPy serving node over ``setup`` until every request has finished."""
-    core = build_core(setup, fast_forward, observer)
+) -> tuple[EngineCore, int]:
+    """Run the SimPy serving node over ``setup`` until every request has finished.
+
+    ``observer(core)`` runs after every SimPy event, so after every step (or stretch of
+    fast-forwarded steps) the node takes. Return the core and how many steps ran in stretches of
+    more than one step per event.
+    """
+    core = build_core(setup, fast_forward)
     if setup.concurrency is not None:
         arrivals = ArrivalSchedule(
             len(setup.prompt_tokens),
@@ -141,8 +117,24 @@ def run_node(
         arrivals = ArrivalSchedule(len(setup.prompt_tokens), arrival_at_s=times)
     env = simpy.Environment()
     node = ServingNode(env, core, arrivals)
-    env.run(until=node.process)
-    return core
+    num_stretched = 0
+    while node.process.is_alive:
+        before = core.num_steps
+        env.step()
+        if core.num_steps - before > 1:
+            num_stretched += core.num_steps - before
+        if observer is not None:
+            observer(core)
+    return core, num_stretched
+
+
+def run_node(
+    setup: EngineSetup,
+    fast_forward: bool = True,
+    observer: Callable[[EngineCore], None] | None = None,
+) -> EngineCore:
+    """:func:`drive_node`, returning the finished core only."""
+    return drive_node(setup, fast_forward, observer)[0]
 
 
 def random_plan(
@@ -220,6 +212,11 @@ class Monitor:
         n = len(core.requests)
         # Logical length and emitted count of each request at its latest preemption.
         self.preempted_at = np.full((n, 2), -1, dtype=np.int64)
+        # A model of the waiting queue (FCFS; preempted requests go back to its front) and the
+        # order in which requests were last admitted.
+        self.queue: list[int] = []
+        self.admitted_at = np.full(n, -1, dtype=np.int64)
+        self.num_admissions = 0
 
     def _snapshot(self, core: EngineCore) -> None:
         r = core.requests
@@ -300,7 +297,29 @@ class Monitor:
                 assert r.num_computed_tokens[req] - logical == r.num_emitted[req] - emitted
             self.preempted_at[req] = -1
             self.num_resumes += 1
+        self._check_queue(core, preempted)
         self._snapshot(core)
+
+    def _check_queue(self, core: EngineCore, preempted: NDArray[np.bool_]) -> None:
+        """Admissions take the head of the queue: arrivals join its back in arrival order,
+        preempted requests its front, the earliest admitted first (the last one preempted)."""
+        from sim.engine.requests import NOT_ARRIVED, WAITING
+
+        r = core.requests
+        arrived = np.flatnonzero((self.state == NOT_ARRIVED) & (r.state != NOT_ARRIVED))
+        self.queue.extend(arrived[np.lexsort((arrived, r.arrival_at_s[arrived]))].tolist())
+        victims = np.flatnonzero(preempted)
+        self.queue[:0] = victims[np.argsort(self.admitted_at[victims])].tolist()
+        was_queued = (self.state == WAITING) | (self.state == NOT_ARRIVED)
+        admitted = np.flatnonzero(was_queued & (r.state != WAITING) & (r.state != NOT_ARRIVED))
+        head = self.queue[: len(admitted)]
+        assert sorted(head) == admitted.tolist(), "admission out of FCFS order"
+        for req in head:
+            self.admitted_at[req] = self.num_admissions
+            self.num_admissions += 1
+        del self.queue[: len(admitted)]
+        assert sorted(self.queue) == np.flatnonzero(r.state == WAITING).tolist()
+        assert list(core.scheduler.waiting) == self.queue
 
 
 def check_finished(core: EngineCore) -> None:

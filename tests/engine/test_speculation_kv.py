@@ -9,6 +9,9 @@ step computes. So at every step boundary a decoding sequence holds
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -34,8 +37,26 @@ def _plan(rows: list[list[tuple[int, int]]]) -> StepPlan:
     )
 
 
-def _two_sequences(policy: str) -> EngineCore:
-    """Sequences A and B, 10-token prompts, one k = 3 verify step: A accepts all, B accepts 1."""
+@dataclass(frozen=True)
+class Snapshot:
+    """Per-request KV state after a given step."""
+
+    emitted: list[int]
+    committed: list[int]
+    held: list[int]
+    logical: list[int]
+    num_free: int
+    drafted: list[int]
+    accepted: list[int]
+    decode_steps: list[int]
+
+
+def _two_sequences(policy: str) -> tuple[dict[int, Snapshot], dict[str, Any]]:
+    """Sequences A and B, 10-token prompts, one k = 3 verify step: A accepts all, B accepts 1.
+
+    Return the state after the first two steps (the prefill, then the verify step) and the step
+    records.
+    """
     setup = EngineSetup(
         prompt_tokens=np.array([10, 10]),
         output_tokens=np.array([20, 20]),
@@ -46,53 +67,66 @@ def _two_sequences(policy: str) -> EngineCore:
         rollback_policy=policy,
         plan=_plan([[(3, 3)], [(3, 1)]]),
     )
-    core = build_core(setup, fast_forward=False)
-    ids = np.array([0, 1])
-    core.requests.arrival_at_s[ids] = 0.0
-    core.scheduler.add_waiting(ids)
-    core.step(num_waiting=2)  # prefill: both compute their 10 prompt tokens and emit one token
-    r = core.requests
-    assert r.num_emitted.tolist() == [1, 1]
-    assert r.num_computed_tokens.tolist() == [10, 10]
-    assert core.kv.held.tolist() == [3, 3]
-    core.step(num_waiting=0)  # the verify step: 1 input token + 3 drafts each
-    return core
+    after: dict[int, Snapshot] = {}
+
+    def observe(core: EngineCore) -> None:
+        r = core.requests
+        if core.num_steps in (1, 2) and core.num_steps not in after:
+            after[core.num_steps] = Snapshot(
+                r.num_emitted.tolist(),
+                r.num_computed_tokens.tolist(),
+                core.kv.held.tolist(),
+                core.kv.logical_tokens.tolist(),
+                core.kv.num_free,
+                r.num_drafted.tolist(),
+                r.num_accepted.tolist(),
+                r.num_decode_steps.tolist(),
+            )
+
+    core = run_node(setup, fast_forward=False, observer=observe)
+    assert sorted(after) == [1, 2], "each step is observed"
+    steps = {name: column[:2].tolist() for name, column in core.recorder.columns().items()}
+    return after, steps
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_two_sequences_one_rejecting_lengths(policy: str) -> None:
-    core = _two_sequences(policy)
-    r, kv = core.requests, core.kv
+    after, steps = _two_sequences(policy)
+    # The prefill: both compute their 10 prompt tokens (3 blocks each) and emit one token.
+    prefill = after[1]
+    assert prefill.emitted == [1, 1]
+    assert prefill.committed == [10, 10]
+    assert prefill.held == [3, 3]
+    s = after[2]
     # A: 3 accepted + the bonus token = 4 emitted by the step, 5 in all; it commits the prefill's
     # token and its 3 drafts (10 + 4 = 14), the bonus token's KV comes with the next step.
     # B: 1 accepted + the correction token = 2 emitted, 3 in all; commits 10 + 2 = 12; its two
     # rejected drafts never enter the committed sequence.
-    assert r.num_emitted.tolist() == [5, 3]
-    assert r.num_computed_tokens.tolist() == [14, 12]
-    assert r.num_computed_tokens.tolist() == (r.prompt_tokens + r.num_emitted - 1).tolist()
-    assert r.num_drafted.tolist() == [3, 3]
-    assert r.num_accepted.tolist() == [3, 1]
-    assert r.num_decode_steps.tolist() == [1, 1]
+    assert s.emitted == [5, 3]
+    assert s.committed == [14, 12]
+    assert s.committed == [10 + e - 1 for e in s.emitted]
+    assert s.drafted == [3, 3]
+    assert s.accepted == [3, 1]
+    assert s.decode_steps == [1, 1]
     # block_size 4: ceil(14 / 4) = 4 blocks for A, ceil(12 / 4) = 3 for B; B's 4th block (its
     # rejected drafts' slots, in place) went back to the pool.
-    assert kv.held.tolist() == [4, 3]
-    assert kv.num_free == 32 - 7
-    assert kv.logical_tokens.tolist() == [14, 12]
-    steps = core.recorder.columns()
-    assert steps["num_tokens"].tolist() == [20, 8]
-    assert steps["num_emitted_tokens"].tolist() == [2, 6]
-    assert steps["num_draft_tokens"].tolist() == [0, 6]
-    assert steps["num_accepted_tokens"].tolist() == [0, 4]
-    assert steps["num_decode_seqs"].tolist() == [0, 2]
+    assert s.held == [4, 3]
+    assert s.num_free == 32 - 7
+    assert s.logical == [14, 12]
+    assert steps["num_tokens"] == [20, 8]
+    assert steps["num_emitted_tokens"] == [2, 6]
+    assert steps["num_draft_tokens"] == [0, 6]
+    assert steps["num_accepted_tokens"] == [0, 4]
+    assert steps["num_decode_seqs"] == [0, 2]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_two_sequences_one_rejecting_peak_blocks(policy: str) -> None:
-    core = _two_sequences(policy)
+    _, steps = _two_sequences(policy)
     # During the verify step: in place each sequence holds ceil((10 + 4) / 4) = 4 blocks (8 in
     # all); with scratch each holds ceil((10 + 1) / 4) = 3 of its own plus ceil(3 / 4) = 1 scratch
     # block for its drafts (8 in all). The prefill step held ceil(10 / 4) = 3 each.
-    assert core.recorder.columns()["kv_blocks_used"].tolist() == [6, 8]
+    assert steps["kv_blocks_used"] == [6, 8]
 
 
 def _expected_trajectory(
