@@ -123,6 +123,9 @@ class EagleStrategy(ForwardProposer):
         self.later = later
         self.level_nodes = list(level_nodes)
         self.tp = tp
+        # Later forwards as columns: level index l = 1..depth-1 and the nodes drafted at each.
+        self._level_index = np.arange(1, len(self.level_nodes) + 1, dtype=np.float64)[:, None]
+        self._level_nodes = np.asarray(self.level_nodes, dtype=np.float64)[:, None]
 
     def forwards(self, batch: Batch) -> list[Forward]:
         out = [batch.catch_up(self.first.forward_s)]
@@ -133,21 +136,25 @@ class EagleStrategy(ForwardProposer):
     def draft_time_s(self, work: DraftWork) -> FloatArray:
         """:meth:`ForwardProposer.draft_time_s` for this shape of forwards, with the later
         forwards costed together as one (levels × steps) array: the same terms, fewer calls."""
-        batch = Batch.of(work)
-        seqs, context, mean = batch.num_seqs, batch.context_tokens, batch.mean_context
-        new = batch.num_new_tokens
+        seqs = np.asarray(work.num_seqs, dtype=np.float64)
+        new = np.asarray(work.num_new_tokens, dtype=np.float64)
+        context = np.asarray(work.context_tokens, dtype=np.float64)
+        drafting = (seqs > 0) & (np.asarray(work.num_proposed) > 0)
+        # Mean context of the drafting sequences (the context sum is 0 where none drafts).
+        mean = context / np.maximum(seqs, 1.0)
         seconds = self.first.forward_s(new, seqs, context, new * mean)
         if self.level_nodes:
-            index = np.arange(1, len(self.level_nodes) + 1, dtype=np.float64)[:, None]
-            tokens = np.asarray(self.level_nodes, dtype=np.float64)[:, None] * seqs
+            index, nodes = self._level_index, self._level_nodes
+            tokens = nodes * seqs
             later = self.later.forward_s(
                 tokens, tokens, context + index * seqs, tokens * (mean + index)
             )
             seconds = seconds + later.sum(axis=0)
-        per_step = self.overheads.per_step_s + (1 + len(self.level_nodes)) * (
+        # Read the overheads now, not at construction: a fit swaps them on a built strategy.
+        fixed_s = self.overheads.per_step_s + (1 + len(self.level_nodes)) * (
             self.overheads.per_forward_s
         )
-        return np.asarray((per_step + seconds) * batch.drafting, dtype=np.float64)
+        return np.asarray((fixed_s + seconds) * drafting, dtype=np.float64)
 
     def weight_bytes_per_gpu(self) -> float:
         resident = self.first.network.resident_bytes

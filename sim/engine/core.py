@@ -25,7 +25,7 @@ from sim.engine.kv_cache import BlockManager
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import ScheduledBatch, Scheduler
-from sim.engine.segment import commit_segment, plan_segment
+from sim.engine.segment import Segment, commit_segment, plan_segment
 from sim.errors import InvariantError
 
 IntArray = NDArray[np.int64]
@@ -79,6 +79,8 @@ class EngineCore:
         self.clock_s = 0.0
         self.num_steps = 0
         self.speculative = len(plan.proposed) > 0 or drafter.name != "none"
+        #: Closed-loop clients send a request when one finishes: a stretch must stop there.
+        self.arrivals_follow_finishes = False
 
     # --- shared arithmetic ----------------------------------------------------------------------
     def _durations(
@@ -113,26 +115,32 @@ class EngineCore:
         counts the requests waiting at given times (for the step records).
         """
         if self.can_fast_forward():
-            segment = plan_segment(self)
+            segment = plan_segment(self, self._through_finishes(), next_arrival_at_s)
             if segment is not None:
                 durations, parts = self._durations(segment.totals, segment.work)
                 starts = self._starts(durations)
-                length = self._cut_for_arrival(segment.length, starts, next_arrival_at_s, 0)
+                length = self._cut_for_arrival(segment, starts, next_arrival_at_s, 0)
                 commit_segment(self, segment, length, starts, durations, parts, waiting_at)
                 self._check()
                 return
         self.step(len(self.scheduler.waiting), next_arrival_at_s, waiting_at)
 
+    def _through_finishes(self) -> bool:
+        """Whether a decode stretch may run on past a completion: only when nothing waits to take
+        the freed room and no client answers a completion with a new request."""
+        return not self.scheduler.waiting and not self.arrivals_follow_finishes
+
     def _cut_for_arrival(
-        self, length: int, starts: FloatArray, next_arrival_at_s: float, offset: int
+        self, segment: Segment, starts: FloatArray, next_arrival_at_s: float, offset: int
     ) -> int:
         """How many steps of a decode stretch to keep: none that starts at or after the next
-        arrival while that arrival could be admitted. Step j of the stretch starts at
+        arrival while there is room to admit it. Step j of the stretch starts at
         ``starts[offset + j]``; with ``offset`` 0 its first step starts now and always runs."""
-        if len(self.scheduler.running) >= self.scheduler.config.max_num_seqs:
-            return length
         lo = 1 - offset
-        late = starts[offset + lo : offset + length] >= next_arrival_at_s
+        length = segment.length
+        late = (starts[offset + lo : offset + length] >= next_arrival_at_s) & (
+            segment.num_seqs[lo:length] < self.scheduler.config.max_num_seqs
+        )
         return lo + int(np.argmax(late)) if late.any() else length
 
     def step(
@@ -149,6 +157,8 @@ class EngineCore:
         """
         batch = self.scheduler.schedule(self.clock_s)
         if len(batch.ids) == 0:
+            if batch.num_preempted:
+                return  # a lone sequence gave way to its own lookahead slots; it recomputes next
             raise InvariantError(
                 f"step at t={self.clock_s}: nothing could be scheduled with "
                 f"{len(self.scheduler.waiting)} waiting and {len(self.scheduler.running)} running"
@@ -205,9 +215,14 @@ class EngineCore:
         # Cost the step, with the decode stretch that follows when it is predictable now.
         segment = None
         if waiting_at is not None and not finishing.any() and self.can_fast_forward():
-            segment = plan_segment(self)
+            segment = plan_segment(self, self._through_finishes(), next_arrival_at_s)
         if segment is not None:
-            totals, work = _concat_totals(totals, segment.totals), _concat_work(work, segment.work)
+            totals = _concat_totals(totals, segment.totals)
+            if self.speculative:
+                work = _concat_work(work, segment.work)
+            else:
+                zeros = np.zeros(1 + segment.length, dtype=np.int64)
+                work = DraftWork(zeros, zeros, zeros, zeros, zeros)
         durations, parts = self._durations(totals, work)
         starts = self._starts(durations)
         end = float(starts[1])
@@ -237,7 +252,7 @@ class EngineCore:
         self.finish(ids[finishing], end)
         self._check()
         if segment is not None and waiting_at is not None:
-            length = self._cut_for_arrival(segment.length, starts, next_arrival_at_s, 1)
+            length = self._cut_for_arrival(segment, starts, next_arrival_at_s, 1)
             if length > 0:
                 commit_segment(
                     self,

@@ -62,6 +62,10 @@ class NoDrafter:
         return 0.0
 
 
+#: Zeros appended to a plan: reads past a request's plan land there.
+PLAN_PADDING = 1
+
+
 @dataclass(frozen=True)
 class StepPlan:
     """Per-request verify-step plans: request r's steps are ``[offsets[r], offsets[r+1])``.
@@ -85,13 +89,36 @@ class StepPlan:
         )
 
     def lookup(self, requests: IntArray, step_index: IntArray) -> tuple[IntArray, IntArray]:
-        """Proposed and accepted draft tokens of each request's ``step_index``-th verify step."""
+        """Proposed and accepted draft tokens of each request's ``step_index``-th verify step
+        (int64; zero past the request's plan)."""
         if len(self.proposed) == 0:
             zeros = np.zeros(len(requests), dtype=np.int64)
             return zeros, zeros.copy()
+        proposed, accepted = self._padded()
         position = self.offsets[requests] + step_index
         inside = position < self.offsets[requests + 1]
-        safe = np.where(inside, position, 0)
-        proposed = np.where(inside, self.proposed[safe], 0).astype(np.int64)
-        accepted = np.where(inside, self.accepted[safe], 0).astype(np.int64)
-        return proposed, accepted
+        position = np.minimum(position, len(self.proposed))  # past the end: the zero pad
+        return proposed[position] * inside, accepted[position] * inside
+
+    def window(
+        self, requests: IntArray, step_index: IntArray, num_steps: int
+    ) -> tuple[IntArray, IntArray]:
+        """:meth:`lookup` of ``num_steps`` consecutive verify steps of each request from its
+        ``step_index``-th, as (request × step) arrays."""
+        proposed, accepted = self._padded()
+        grid = (self.offsets[requests] + step_index)[:, None] + np.arange(num_steps)
+        inside = grid < self.offsets[requests + 1][:, None]
+        grid = np.minimum(grid, len(self.proposed))
+        return proposed[grid] * inside, accepted[grid] * inside
+
+    def _padded(self) -> tuple[IntArray, IntArray]:
+        """The plan as int64, with zeros appended so that any window past the end is readable."""
+        cached = self.__dict__.get("_padded_cache")
+        if cached is None:
+            pad = np.zeros(PLAN_PADDING, dtype=np.int64)
+            cached = (
+                np.concatenate((self.proposed.astype(np.int64), pad)),
+                np.concatenate((self.accepted.astype(np.int64), pad)),
+            )
+            object.__setattr__(self, "_padded_cache", cached)
+        return cached

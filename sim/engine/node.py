@@ -58,6 +58,11 @@ class ArrivalSchedule:
         heapq.heappush(self._heap, (at_s, self._issued))
         self._issued += 1
 
+    @property
+    def is_closed_loop(self) -> bool:
+        """Whether arrivals are issued by clients when their previous request finishes."""
+        return not self._open
+
     def next_at_s(self) -> float:
         """Time of the next arrival not yet released (inf when none is pending)."""
         if self._open:
@@ -117,6 +122,7 @@ class ServingNode:
         self.progress = progress
         self.num_finished = 0
         core.on_finish = self._on_finish
+        core.arrivals_follow_finishes = arrivals.is_closed_loop
         self.process = env.process(self._run())
 
     def _on_finish(self, ids: IntArray, at_s: float) -> None:

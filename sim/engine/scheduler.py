@@ -126,9 +126,12 @@ class Scheduler:
         running = self.running
         if len(running):
             is_dec = self.decode_mask(running)
-            proposed, accepted = self.plan.lookup(running, r.num_decode_steps[running])
-            proposed = np.where(is_dec, proposed, 0)
-            accepted = np.where(is_dec, accepted, 0)
+            if len(self.plan.proposed):
+                proposed, accepted = self.plan.lookup(running, r.num_decode_steps[running])
+                proposed = proposed * is_dec
+                accepted = accepted * is_dec
+            else:
+                proposed = accepted = np.zeros(len(running), dtype=np.int64)
             want = np.where(
                 is_dec,
                 1 + cfg.extra_tokens_per_decode + proposed,
@@ -136,9 +139,10 @@ class Scheduler:
             )
             cum = np.cumsum(want)
             take = np.minimum(np.maximum(budget - (cum - want), 0), want)
-            # A decode short of budget verifies fewer drafts (vLLM V1 trims spec tokens).
-            proposed = np.where(is_dec, np.maximum(take - 1 - cfg.extra_tokens_per_decode, 0), 0)
-            accepted = np.minimum(accepted, proposed)
+            if len(self.plan.proposed):
+                # A decode short of budget verifies fewer drafts (vLLM V1 trims spec tokens).
+                proposed = np.maximum(take - 1 - cfg.extra_tokens_per_decode, 0) * is_dec
+                accepted = np.minimum(accepted, proposed)
             keep = take > 0
             ids, take, is_dec = running[keep], take[keep], is_dec[keep]
             proposed, accepted = proposed[keep], accepted[keep]
@@ -245,7 +249,8 @@ class Scheduler:
         cfg, r, kv = self.config, self.requests, self.kv
         ids: list[int] = []
         takes: list[int] = []
-        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+        num_running = len(self.running)
+        while self.waiting and budget > 0 and num_running < cfg.max_num_seqs:
             req = self.waiting[0]
             want = int(r.prompt_tokens[req] + r.num_emitted[req] - r.num_computed_tokens[req])
             if want > budget and not cfg.chunked_prefill:
@@ -254,7 +259,7 @@ class Scheduler:
             slots = int(r.num_computed_tokens[req]) + take
             need = max(-(-slots // kv.block_size) - int(kv.held[req]), 0)
             if need > kv.num_free:
-                if len(self.running) == 0:
+                if num_running == 0:
                     raise ScenarioError(
                         f"request {req} needs {-(-slots // kv.block_size)} KV blocks for its "
                         f"first chunk but the pool holds {kv.num_blocks}: raise "
@@ -264,7 +269,7 @@ class Scheduler:
             kv.held[req] += need
             kv.num_free -= need
             self.waiting.popleft()
-            self.running = np.append(self.running, req)
+            num_running += 1
             r.state[req] = RUNNING
             if np.isnan(r.scheduled_at_s[req]):
                 r.scheduled_at_s[req] = now_s
@@ -273,7 +278,9 @@ class Scheduler:
             budget -= take
         if not ids:
             return None
-        return np.array(ids, dtype=np.int64), np.array(takes, dtype=np.int64)
+        admitted = np.array(ids, dtype=np.int64)
+        self.running = np.concatenate((self.running, admitted))
+        return admitted, np.array(takes, dtype=np.int64)
 
     def check_invariants(self, scratch_blocks: int = 0) -> None:
         """Raise InvariantError if the queues or the block ledger are inconsistent."""

@@ -36,10 +36,10 @@ FAST_FORWARD_CHUNK = 64
 class Segment:
     """Up to ``length`` decode steps of the running sequences ``ids``, not yet applied.
 
-    Without speculation every sequence emits one token per step and ``emitted``/``proposed``/
-    ``accepted`` are None; otherwise they are (sequence × step) arrays. ``new_computed`` is each
-    sequence's committed KV length after each step; ``finishing_at_end`` marks the sequences that
-    finish in step ``length - 1`` (only the last step of a segment can hold a completion).
+    (sequence × step) arrays: ``emitted`` tokens, ``proposed`` and ``accepted`` drafts (zero
+    after a sequence's last step; None without speculation, where every running sequence emits
+    one token per step), ``finish_step`` the step in which each sequence emits its last token
+    (``>= length`` if not within the segment), ``num_seqs`` the sequences in each step.
     """
 
     ids: IntArray
@@ -47,111 +47,88 @@ class Segment:
     totals: StepTotals
     work: DraftWork
     blocks: IntArray
+    num_seqs: IntArray
     computed0: IntArray
     emitted: IntArray | None
     proposed: IntArray | None
     accepted: IntArray | None
-    finishing_at_end: NDArray[np.bool_]
+    finish_step: IntArray
 
 
-def plan_segment(core: EngineCore) -> Segment | None:
+def plan_segment(
+    core: EngineCore, through_finishes: bool, next_arrival_at_s: float = np.inf
+) -> Segment | None:
     """Plan the next pure-decode steps of ``core``'s running sequences (state untouched).
 
-    Stops after the first step in which a sequence finishes and before a step that would need
-    more KV blocks or token budget than there are. Return None if not even one step fits.
+    Stops before a step that would need more KV blocks or token budget than there are, and after
+    the first step in which a sequence finishes unless ``through_finishes`` (nothing waits to
+    take the freed room), in which case the finished sequences drop out and the others go on.
+    ``next_arrival_at_s`` only sizes the plan: the steps likely to run before that arrival cuts
+    the stretch, from the last step's duration (a plan that proves short simply ends the
+    stretch early; the next one carries on). Return None if not even one step fits.
     """
     from sim.engine.core import StepTotals
 
     s, r, kv, plan = core.scheduler, core.requests, core.kv, core.plan
     ids = s.running
-    num = len(ids)
     computed0 = r.num_computed_tokens[ids]
     remaining = r.output_tokens[ids] - r.num_emitted[ids]
-    # Every step emits at least one token per sequence: the first completion is within
-    # min(remaining) steps, so costing more would be wasted work.
-    m = min(FAST_FORWARD_CHUNK, int(remaining.min()))
-    extra = s.config.extra_tokens_per_decode
-    capacity = kv.num_free + int(kv.held[ids].sum())
+    # Every step emits at least one token per sequence: all have finished within max(remaining)
+    # steps, the first within min(remaining); costing more steps would be wasted work.
+    horizon = int(remaining.max()) if through_finishes else int(remaining.min())
+    m = min(FAST_FORWARD_CHUNK, horizon)
+    last_step_s = core.recorder.last_duration_s()
+    if next_arrival_at_s < np.inf and last_step_s > 0:
+        # Steps vary along a stretch: plan three times the gap / last step, plus sixteen.
+        expected = (next_arrival_at_s - core.clock_s) / last_step_s
+        m = max(1, min(m, int(expected * 3.0) + 16))
     j = np.arange(m)
-
     if not len(plan.proposed):
-        # Without speculation the aggregates are closed forms in the step index.
-        take = 1 + extra
-        if num * take > s.config.max_num_batched_tokens:
-            return None
-        if s.config.rollback_policy == "in_place" or take == 1:
-            blocks = blocks_for(computed0[:, None] + (j + take), kv.block_size).sum(axis=0)
-        else:
-            blocks = blocks_for(computed0[:, None] + (j + 1), kv.block_size).sum(
-                axis=0
-            ) + num * int(blocks_for(take - 1, kv.block_size))
-        fits = blocks <= capacity
-        length = m if fits.all() else int(np.argmin(fits))
-        if length == 0:
-            return None
-        context = int(computed0.sum()) + num * j[:length]
-        tokens = np.full(length, num * take, dtype=np.int64)
-        zeros = np.zeros(length, dtype=np.int64)
-        return Segment(
-            ids=ids,
-            length=length,
-            totals=StepTotals(
-                num_seqs=np.full(length, num, dtype=np.int64),
-                num_tokens=tokens,
-                num_logit_tokens=tokens,
-                kv_read_tokens=context + num * take,
-                attention_pairs_x2=2 * take * context + num * take * (take + 1),
-            ),
-            work=DraftWork(zeros, zeros, zeros, zeros, zeros),
-            blocks=blocks[:length],
-            computed0=computed0,
-            emitted=None,
-            proposed=None,
-            accepted=None,
-            finishing_at_end=remaining == length,
-        )
-
-    position = (plan.offsets[ids] + r.num_decode_steps[ids])[:, None] + np.arange(m + 1)
-    inside = position < plan.offsets[ids + 1][:, None]
-    safe = np.where(inside, position, 0)
-    proposed_all = np.where(inside, plan.proposed[safe], 0).astype(np.int64)
-    accepted = np.where(inside[:, :m], plan.accepted[safe[:, :m]], 0).astype(np.int64)
-    proposed = proposed_all[:, :m]
+        return _plan_plain(core, ids, computed0, remaining, m, through_finishes)
+    proposed_all, accepted = plan.window(ids, r.num_decode_steps[ids], m + 1)
+    accepted = accepted[:, :m]
     raw = accepted + 1
     cum = np.cumsum(raw, axis=1)
     before = cum - raw
-    rem = remaining[:, None]
-    emitted = np.minimum(raw, np.maximum(rem - before, 0))
-    finishing = cum >= rem
+    done = cum >= remaining[:, None]
+    finish_step = np.where(done.any(axis=1), np.argmax(done, axis=1), m)
+    active = j <= finish_step[:, None]
+    finishing = j == finish_step[:, None]
+    # Emissions stop at the request's end: the last step emits what is left.
+    emitted = np.minimum(accepted + 1, remaining[:, None] - before) * active
+    proposed = proposed_all[:, :m] * active
+    accepted = accepted * active
     computed = computed0[:, None] + before
-    take_matrix = (1 + extra) + proposed
-    tokens = take_matrix.sum(axis=0)
+    take = ((1 + s.config.extra_tokens_per_decode) + proposed) * active
+    tokens = take.sum(axis=0)
     if s.config.rollback_policy == "in_place":
-        blocks = blocks_for(computed + take_matrix, kv.block_size).sum(axis=0)
+        blocks = (blocks_for(computed + take, kv.block_size) * active).sum(axis=0)
     else:
         blocks = (
-            blocks_for(computed + 1, kv.block_size) + blocks_for(take_matrix - 1, kv.block_size)
+            (blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)) * active
         ).sum(axis=0)
+    capacity = kv.num_free + int(kv.held[ids].sum())
     ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
     length = m if ok.all() else int(np.argmin(ok))
-    any_finish: NDArray[np.bool_] = np.asarray(finishing.any(axis=0))
-    if any_finish[:length].any():
-        length = int(np.argmax(any_finish)) + 1
+    last = int(finish_step.max()) if through_finishes else int(finish_step.min())
+    length = min(length, last + 1)
     if length == 0:
         return None
-    proposed, accepted, emitted = proposed[:, :length], accepted[:, :length], emitted[:, :length]
-    computed, take_matrix = computed[:, :length], take_matrix[:, :length]
-    drafting = ~finishing[:, :length]
+    cols = slice(0, length)
+    emitted, proposed, accepted = emitted[:, cols], proposed[:, cols], accepted[:, cols]
+    computed, take, active = computed[:, cols], take[:, cols], active[:, cols]
+    drafting = active & ~finishing[:, cols]
     new_computed = computed + emitted
+    num_seqs = active.sum(axis=0)
     return Segment(
         ids=ids,
         length=length,
         totals=StepTotals(
-            num_seqs=np.full(length, num, dtype=np.int64),
-            num_tokens=tokens[:length],
-            num_logit_tokens=tokens[:length],
-            kv_read_tokens=(computed + take_matrix).sum(axis=0),
-            attention_pairs_x2=(take_matrix * (2 * computed + take_matrix + 1)).sum(axis=0),
+            num_seqs=num_seqs,
+            num_tokens=tokens[cols],
+            num_logit_tokens=tokens[cols],
+            kv_read_tokens=((computed + take) * active).sum(axis=0),
+            attention_pairs_x2=(take * (2 * computed + take + 1)).sum(axis=0),
         ),
         work=DraftWork(
             num_seqs=drafting.sum(axis=0),
@@ -160,12 +137,76 @@ def plan_segment(core: EngineCore) -> Segment | None:
             num_full_accept=(drafting & (proposed > 0) & (accepted == proposed)).sum(axis=0),
             num_proposed=(proposed_all[:, 1 : length + 1] * drafting).sum(axis=0),
         ),
-        blocks=blocks[:length],
+        blocks=blocks[cols],
+        num_seqs=num_seqs,
         computed0=computed0,
         emitted=emitted,
         proposed=proposed,
         accepted=accepted,
-        finishing_at_end=finishing[:, length - 1],
+        finish_step=finish_step,
+    )
+
+
+def _plan_plain(
+    core: EngineCore,
+    ids: IntArray,
+    computed0: IntArray,
+    remaining: IntArray,
+    m: int,
+    through_finishes: bool,
+) -> Segment | None:
+    """:func:`plan_segment` without speculation: each running sequence computes ``take`` tokens
+    and emits one per step until its last, so the aggregates are closed forms in the step index
+    over the sequences still running (only the block counts need the per-sequence matrix)."""
+    from sim.engine.core import StepTotals
+
+    s, kv = core.scheduler, core.kv
+    take = 1 + s.config.extra_tokens_per_decode
+    j = np.arange(m)
+    finish_step = remaining - 1
+    # Sequences still running at step j, and the sum of their starting lengths (via the order of
+    # their finishing steps).
+    order = np.argsort(finish_step, kind="stable")
+    finished_before = np.searchsorted(finish_step[order], j, side="left")
+    num_seqs = len(ids) - finished_before
+    c0_sorted = np.concatenate(([0], np.cumsum(computed0[order])))
+    context = (c0_sorted[-1] - c0_sorted[finished_before]) + num_seqs * j
+    active = j <= finish_step[:, None]
+    if s.config.rollback_policy == "in_place" or take == 1:
+        blocks = (blocks_for(computed0[:, None] + (j + take), kv.block_size) * active).sum(axis=0)
+    else:
+        blocks = (blocks_for(computed0[:, None] + (j + 1), kv.block_size) * active).sum(
+            axis=0
+        ) + num_seqs * int(blocks_for(take - 1, kv.block_size))
+    tokens = num_seqs * take
+    capacity = kv.num_free + int(kv.held[ids].sum())
+    ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
+    length = m if ok.all() else int(np.argmin(ok))
+    last = int(finish_step.max()) if through_finishes else int(finish_step.min())
+    length = min(length, last + 1)
+    if length == 0:
+        return None
+    cols = slice(0, length)
+    num_seqs, context, tokens = num_seqs[cols], context[cols], tokens[cols]
+    zeros = np.zeros(length, dtype=np.int64)
+    return Segment(
+        ids=ids,
+        length=length,
+        totals=StepTotals(
+            num_seqs=num_seqs,
+            num_tokens=tokens,
+            num_logit_tokens=tokens,
+            kv_read_tokens=context + tokens,
+            attention_pairs_x2=2 * take * context + num_seqs * take * (take + 1),
+        ),
+        work=DraftWork(zeros, zeros, zeros, zeros, zeros),
+        blocks=blocks[cols],
+        num_seqs=num_seqs,
+        computed0=computed0,
+        emitted=None,
+        proposed=None,
+        accepted=None,
+        finish_step=finish_step,
     )
 
 
@@ -179,32 +220,30 @@ def commit_segment(
     waiting_at: Callable[[FloatArray], IntArray],
 ) -> None:
     """Apply the first ``length`` steps of ``segment``, timed by ``starts`` (length + 1 entries:
-    each step's start and the last one's end), and record them."""
+    each step's start and the last one's end), record them, and retire whoever finished."""
     r, kv = core.requests, core.kv
-    ids, num = segment.ids, len(segment.ids)
-    end = float(starts[length])
+    ids = segment.ids
+    last_step = np.minimum(segment.finish_step, length - 1)
     if segment.emitted is None:
-        emitted_per_request: IntArray | int = length
-        emitted_per_step: IntArray | int = num
-        drafted: IntArray | int = 0
-        accepted: IntArray | int = 0
-        new_computed = segment.computed0 + length
+        emitted_per_request = last_step + 1
+        emitted_per_step: IntArray = segment.num_seqs[:length]
+        drafted_per_step: IntArray | int = 0
+        accepted_per_step: IntArray | int = 0
     else:
         assert segment.proposed is not None and segment.accepted is not None
         emitted = segment.emitted[:, :length]
         emitted_per_request = emitted.sum(axis=1)
         emitted_per_step = emitted.sum(axis=0)
-        drafted = segment.proposed[:, :length]
-        accepted = segment.accepted[:, :length]
-        r.num_drafted[ids] += drafted.sum(axis=1)
+        proposed, accepted = segment.proposed[:, :length], segment.accepted[:, :length]
+        r.num_drafted[ids] += proposed.sum(axis=1)
         r.num_accepted[ids] += accepted.sum(axis=1)
-        drafted, accepted = drafted.sum(axis=0), accepted.sum(axis=0)
-        new_computed = segment.computed0 + emitted_per_request
+        drafted_per_step, accepted_per_step = proposed.sum(axis=0), accepted.sum(axis=0)
+    new_computed = segment.computed0 + emitted_per_request
     r.num_emitted[ids] += emitted_per_request
     r.num_computed_tokens[ids] = new_computed
-    r.num_decode_steps[ids] += length
-    r.last_emit_at_s[ids] = end
-    r.last_emit_step[ids] = core.num_steps + length - 1
+    r.num_decode_steps[ids] += last_step + 1
+    r.last_emit_at_s[ids] = starts[last_step + 1]
+    r.last_emit_step[ids] = core.num_steps + last_step
     # KV: each sequence ends holding exactly the blocks of its committed tokens.
     kv.set_logical(ids, new_computed)
     keep = blocks_for(new_computed, kv.block_size)
@@ -215,20 +254,23 @@ def commit_segment(
             "start_at_s": starts[:length],
             "duration_s": durations[:length],
             **{key: value[:length] for key, value in parts.items()},
-            "num_seqs": num,
-            "num_decode_seqs": num,
+            "num_seqs": segment.num_seqs[:length],
+            "num_decode_seqs": segment.num_seqs[:length],
             "num_prefill_seqs": 0,
             "num_tokens": segment.totals.num_tokens[:length],
             "num_prefill_tokens": 0,
             "num_emitted_tokens": emitted_per_step,
-            "num_draft_tokens": drafted,
-            "num_accepted_tokens": accepted,
+            "num_draft_tokens": drafted_per_step,
+            "num_accepted_tokens": accepted_per_step,
             "kv_blocks_used": segment.blocks[:length],
             "num_waiting": waiting_at(starts[:length]),
-            "num_regular_itl": num,
+            "num_regular_itl": segment.num_seqs[:length],
         }
     )
-    core.clock_s = end
+    core.clock_s = float(starts[length])
     core.num_steps += length
-    if length == segment.length:
-        core.finish(ids[segment.finishing_at_end], end)
+    finished = segment.finish_step < length
+    if finished.any():
+        # Retire in step order, so closed-loop clients and progress see completions in time order.
+        for step in np.unique(segment.finish_step[finished]).tolist():
+            core.finish(ids[segment.finish_step == step], float(starts[step + 1]))
