@@ -213,7 +213,10 @@ def build_simulation(
         extra_weight_bytes=strategy.weight_bytes_per_gpu(),
         extra_kv_bytes_per_token=strategy.extra_kv_bytes_per_token(),
     )
-    _check_lengths(workload, model, memory, engine)
+    lookahead = strategy.extra_tokens_per_decode + (
+        strategy.proposal.num_draft_tokens if strategy.proposal is not None else 0
+    )
+    _check_lengths(workload, model, memory, engine, lookahead)
     plan = strategy.plan(workload.output_tokens - 1, streams.stream("acceptance"))
     requests = RequestTable(
         prompt_tokens=workload.prompt_tokens.astype(np.int64).copy(),
@@ -249,7 +252,11 @@ def build_simulation(
 
 
 def _check_lengths(
-    workload: Workload, model: Model, memory: MemoryPlan, engine: ResolvedEngine
+    workload: Workload,
+    model: Model,
+    memory: MemoryPlan,
+    engine: ResolvedEngine,
+    lookahead_tokens: int,
 ) -> None:
     total = workload.prompt_tokens + workload.output_tokens
     too_long = total > model.spec.max_context_tokens
@@ -267,11 +274,12 @@ def _check_lengths(
             f"engine.max_num_batched_tokens: {engine.max_num_batched_tokens} is below the longest "
             f"request ({int(total.max())} prompt + output tokens) and chunked_prefill is off"
         )
-    need = int(blocks_for(int(total.max()), engine.block_size))
+    # Its last verify step holds the whole request plus the step's draft (lookahead) slots.
+    need = int(blocks_for(int(total.max()) + lookahead_tokens, engine.block_size))
     if need > memory.num_blocks:
         raise ScenarioError(
-            f"workload: the longest request needs {need} KV blocks but the pool holds "
-            f"{memory.num_blocks}: it could never finish"
+            f"workload: the longest request needs {need} KV blocks (with {lookahead_tokens} "
+            f"draft slots) but the pool holds {memory.num_blocks}: it could never finish"
         )
 
 

@@ -268,11 +268,6 @@ def test_any_value_anywhere_fails_only_with_specsim_errors(
     assert result.summary["num_completed"] == result.summary["num_requests"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workload.num_requests has no upper bound: 1e16 validates and building the workload "
-    "raises numpy's MemoryError (a traceback at the command line)",
-)
 def test_an_absurd_request_count_is_a_scenario_error() -> None:
     document = {"workload": {"num_requests": 10**16}}
     with pytest.raises(ScenarioError, match=r"workload\.num_requests"):

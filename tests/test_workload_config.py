@@ -90,7 +90,7 @@ _INVALID = [
     ("arrival.poisson.rate_per_s", {"arrival": {"process": "poisson", "rate_per_s": "inf"}}),
     ("arrival.gamma.cv", {"arrival": {"process": "gamma", "cv": 0}}),
     ("arrival", {"arrival": {"process": "fifo"}}),
-    ("arrival", {"arrival": {"rate_per_s": 4}}),
+    ("arrival.poisson.concurrency", {"arrival": {"concurrency": 4}}),
     ("arrival.closed_loop.concurrency", {"arrival": {"process": "closed_loop", "concurrency": 0}}),
     ("arrival.trace.path", {"arrival": {"process": "trace"}}),
     ("prompt_tokens.fixed.value", {"prompt_tokens": {"distribution": "fixed", "value": 0}}),
@@ -145,3 +145,9 @@ def test_errors_inside_an_embedding_scenario_start_with_workload() -> None:
     with pytest.raises(ValidationError) as caught:
         Scenario.model_validate({"workload": {"arrival": {"process": "gamma", "rate_per_s": 0}}})
     assert caught.value.errors()[0]["loc"] == ("workload", "arrival", "gamma", "rate_per_s")
+
+
+def test_an_arrival_without_a_process_is_the_default_poisson() -> None:
+    # ``--set workload.arrival.rate_per_s=8`` on a file with no arrival section.
+    config = WorkloadConfig.model_validate({"arrival": {"rate_per_s": 8.0}})
+    assert config.arrival == PoissonArrivalConfig(process="poisson", rate_per_s=8.0)

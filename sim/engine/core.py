@@ -156,9 +156,12 @@ class EngineCore:
         Raise InvariantError if nothing can be scheduled.
         """
         batch = self.scheduler.schedule(self.clock_s)
+        while len(batch.ids) == 0 and batch.num_preempted:
+            # Every running sequence gave way (a lone one to its own draft slots): the step
+            # computes nothing, and the engine schedules again at once, admitting the preempted
+            # request for recompute (running is empty now, so this cannot preempt again).
+            batch = self.scheduler.schedule(self.clock_s)
         if len(batch.ids) == 0:
-            if batch.num_preempted:
-                return  # a lone sequence gave way to its own lookahead slots; it recomputes next
             raise InvariantError(
                 f"step at t={self.clock_s}: nothing could be scheduled with "
                 f"{len(self.scheduler.waiting)} waiting and {len(self.scheduler.running)} running"

@@ -221,6 +221,15 @@ class Scheduler:
                 one, take[index : index + 1], is_dec[index : index + 1], proposed[index : index + 1]
             )
             while int(kv.blocks_needed(one, own).sum()) + int(scratch.sum()) > kv.num_free:
+                total = int(blocks_for(own, kv.block_size)[0]) + int(scratch.sum())
+                if total > kv.num_blocks:
+                    # Even alone it could never run: preempting would only repeat forever.
+                    raise ScenarioError(
+                        f"request {req} needs {total} KV blocks for one step ({int(own[0])} "
+                        f"token slots with its draft slots) but the pool holds {kv.num_blocks}: "
+                        "raise engine.gpu_memory_utilization or lower "
+                        "speculation.num_speculative_tokens"
+                    )
                 victim = self._preempt_tail()
                 num_preempted += 1
                 if victim == req:

@@ -169,7 +169,8 @@ class WorkloadConfig(BaseModel):
     """
 
     model_config = _FROZEN_STRICT
-    num_requests: int = Field(default=1000, ge=1)
+    # A cap so that a typo cannot ask for terabytes: ten million requests is weeks of traffic.
+    num_requests: int = Field(default=1000, ge=1, le=10_000_000)
     arrival: ArrivalConfig = PoissonArrivalConfig(process="poisson", rate_per_s=4.0)
     prompt_tokens: LengthConfig = FixedLengthConfig(**_DEFAULT_PROMPT_TOKENS)
     output_tokens: LengthConfig = LognormalLengthConfig(**_DEFAULT_OUTPUT_TOKENS)
@@ -185,8 +186,13 @@ class WorkloadConfig(BaseModel):
         # validation: a trace replays its own lengths unless told otherwise.
         if not isinstance(data, dict):
             return data
-        is_trace = _arrival_process(data.get("arrival", {})) == "trace"
         filled = dict(data)
+        arrival = filled.get("arrival")
+        if isinstance(arrival, dict) and "process" not in arrival:
+            # The default process is Poisson: ``--set workload.arrival.rate_per_s=8`` on a file
+            # without an arrival section means a Poisson rate, as the schema's default says.
+            filled["arrival"] = {"process": "poisson", **arrival}
+        is_trace = _arrival_process(filled.get("arrival", {})) == "trace"
         if "prompt_tokens" not in filled:
             filled["prompt_tokens"] = _TRACE_LENGTHS if is_trace else _DEFAULT_PROMPT_TOKENS
         if "output_tokens" not in filled:

@@ -282,7 +282,9 @@ class Monitor:
 
         # Preemption by recompute: everything freed, nothing emitted lost.
         for req in np.flatnonzero(preempted).tolist():
-            assert kv.held[req] == 0 and r.num_computed_tokens[req] == 0
+            # A sequence that preempted itself is readmitted for recompute in the same step.
+            if r.state[req] != RUNNING:
+                assert kv.held[req] == 0 and r.num_computed_tokens[req] == 0
             assert r.state[req] != FINISHED
             self.preempted_at[req] = (self.computed[req], self.emitted[req])
         # Resumed: once the recompute emits, every token known at preemption is committed again,
@@ -311,7 +313,10 @@ class Monitor:
         victims = np.flatnonzero(preempted)
         self.queue[:0] = victims[np.argsort(self.admitted_at[victims])].tolist()
         was_queued = (self.state == WAITING) | (self.state == NOT_ARRIVED)
-        admitted = np.flatnonzero(was_queued & (r.state != WAITING) & (r.state != NOT_ARRIVED))
+        # Preempted requests readmitted within the same step count as admitted from the front.
+        admitted = np.flatnonzero(
+            (was_queued | preempted) & (r.state != WAITING) & (r.state != NOT_ARRIVED)
+        )
         head = self.queue[: len(admitted)]
         assert sorted(head) == admitted.tolist(), "admission out of FCFS order"
         for req in head:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import simpy
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from sim.engine.core import EngineCore
 from sim.engine.drafter import StepPlan
+from sim.engine.node import ArrivalSchedule, ServingNode
+from sim.errors import ScenarioError
 
 from .harness import EngineSetup, Monitor, build_core, check_finished, run_node
 from .strategies import engine_setups
@@ -51,15 +54,11 @@ def test_random_workloads_with_random_acceptance_plans(policy: str, data: st.Dat
     check_finished(core)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="EngineCore.step raises InvariantError on a step that only preempts (schedules "
-    "nothing), though the preempted sequence resumes by recompute at the next step",
-)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_a_lone_sequence_whose_lookahead_overflows_the_pool_finishes(policy: str) -> None:
+def test_a_lone_sequence_whose_lookahead_can_never_fit_is_a_clear_error(policy: str) -> None:
     # 31 one-token blocks hold the whole request (1 + 30 tokens) but not a 9-draft verify step
-    # late in it: the sequence preempts itself, recomputes (emitting a token) and goes on.
+    # late in it. Preempting itself would only recompute and fail again forever: the scheduler
+    # names the problem instead of spinning.
     setup = EngineSetup(
         prompt_tokens=np.array([1]),
         output_tokens=np.array([30]),
@@ -75,6 +74,8 @@ def test_a_lone_sequence_whose_lookahead_overflows_the_pool_finishes(policy: str
         ),
         max_accepted=1,
     )
-    _, core = _run_checked(setup)
-    check_finished(core)
-    assert core.requests.num_preemptions[0] > 0
+    core = build_core(setup, True)
+    env = simpy.Environment()
+    node = ServingNode(env, core, ArrivalSchedule(1, arrival_at_s=np.zeros(1)))
+    with pytest.raises(ScenarioError, match="draft slots"):
+        env.run(until=node.process)
