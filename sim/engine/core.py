@@ -14,42 +14,21 @@ Same-time order: a step starting at t sees every arrival with arrival time <= t.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from sim.cost_model import StepCostModel, StepShape
+from sim.cost_model import StepCostModel
 from sim.engine.drafter import Drafter, DraftWork, StepPlan
 from sim.engine.kv_cache import BlockManager
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import ScheduledBatch, Scheduler
-from sim.engine.segment import Segment, commit_segment, plan_segment
+from sim.engine.segment import Segment, StepTotals, commit_segment, plan_segment
 from sim.errors import InvariantError
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
-
-
-@dataclass(frozen=True)
-class StepTotals:
-    """Integer aggregates of a step (or one entry per step of a segment)."""
-
-    num_seqs: IntArray
-    num_tokens: IntArray
-    num_logit_tokens: IntArray
-    kv_read_tokens: IntArray
-    attention_pairs_x2: IntArray
-
-    def shape(self) -> StepShape:
-        return StepShape(
-            num_seqs=self.num_seqs,
-            num_tokens=self.num_tokens,
-            num_logit_tokens=self.num_logit_tokens,
-            kv_read_tokens=self.kv_read_tokens,
-            attention_pairs=self.attention_pairs_x2 / 2.0,
-        )
 
 
 class EngineCore:

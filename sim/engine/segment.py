@@ -19,14 +19,36 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from sim.cost_model import StepShape
 from sim.engine.drafter import DraftWork
 from sim.engine.kv_cache import blocks_for
 
 if TYPE_CHECKING:
-    from sim.engine.core import EngineCore, StepTotals
+    from sim.engine.core import EngineCore
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """Integer aggregates of a step (or one entry per step of a segment)."""
+
+    num_seqs: IntArray
+    num_tokens: IntArray
+    num_logit_tokens: IntArray
+    kv_read_tokens: IntArray
+    attention_pairs_x2: IntArray
+
+    def shape(self) -> StepShape:
+        return StepShape(
+            num_seqs=self.num_seqs,
+            num_tokens=self.num_tokens,
+            num_logit_tokens=self.num_logit_tokens,
+            kv_read_tokens=self.kv_read_tokens,
+            attention_pairs=self.attention_pairs_x2 / 2.0,
+        )
+
 
 #: Steps costed per segment at most; a longer stretch becomes several segments.
 FAST_FORWARD_CHUNK = 64
@@ -67,8 +89,6 @@ def plan_segment(
     the stretch, from the last step's duration (a plan that proves short simply ends the
     stretch early; the next one carries on). Return None if not even one step fits.
     """
-    from sim.engine.core import StepTotals
-
     s, r, kv, plan = core.scheduler, core.requests, core.kv, core.plan
     ids = s.running
     computed0 = r.num_computed_tokens[ids]
@@ -90,8 +110,9 @@ def plan_segment(
     raw = accepted + 1
     cum = np.cumsum(raw, axis=1)
     before = cum - raw
-    done = cum >= remaining[:, None]
-    finish_step = np.where(done.any(axis=1), np.argmax(done, axis=1), m)
+    # Emissions only grow: the finishing step is the count of steps still short of the end
+    # (m when the request does not finish within the plan).
+    finish_step = (cum < remaining[:, None]).sum(axis=1)
     active = j <= finish_step[:, None]
     finishing = j == finish_step[:, None]
     # Emissions stop at the request's end: the last step emits what is left.
@@ -158,8 +179,6 @@ def _plan_plain(
     """:func:`plan_segment` without speculation: each running sequence computes ``take`` tokens
     and emits one per step until its last, so the aggregates are closed forms in the step index
     over the sequences still running (only the block counts need the per-sequence matrix)."""
-    from sim.engine.core import StepTotals
-
     s, kv = core.scheduler, core.kv
     take = 1 + s.config.extra_tokens_per_decode
     j = np.arange(m)
