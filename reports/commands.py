@@ -20,16 +20,7 @@ from rich.table import Table
 if TYPE_CHECKING:  # pandas is imported by the commands themselves: CLI start stays fast
     import pandas as pd
 
-ScenarioArg = Annotated[
-    Path | None,
-    typer.Argument(
-        help="Scenario YAML file; the embedded default scenario when omitted.", show_default=False
-    ),
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=8"),
-]
+from sim.cli_options import ScenarioArg, SetOpt
 
 
 def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, Any], Path, str]:

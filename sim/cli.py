@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from sim.cli_options import OutOpt, ScenarioArg, SetOpt
 from sim.errors import SpecsimError
 
 app = typer.Typer(
@@ -29,18 +30,6 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
-
-ScenarioArg = Annotated[
-    Path | None,
-    typer.Argument(
-        help="Scenario YAML file; the embedded default scenario when omitted.", show_default=False
-    ),
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=8"),
-]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Output folder.")]
 
 
 def user_errors(func: F) -> F:

@@ -128,11 +128,7 @@ def plan_segment(
         blocks = (
             (blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)) * active
         ).sum(axis=0)
-    capacity = kv.num_free + int(kv.held[ids].sum())
-    ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
-    length = m if ok.all() else int(np.argmin(ok))
-    last = int(finish_step.max()) if through_finishes else int(finish_step.min())
-    length = min(length, last + 1)
+    length = _steps_that_fit(core, ids, tokens, blocks, finish_step, m, through_finishes)
     if length == 0:
         return None
     cols = slice(0, length)
@@ -168,6 +164,26 @@ def plan_segment(
     )
 
 
+def _steps_that_fit(
+    core: EngineCore,
+    ids: IntArray,
+    tokens: IntArray,
+    blocks: IntArray,
+    finish_step: IntArray,
+    m: int,
+    through_finishes: bool,
+) -> int:
+    """Planned steps to keep: none from the first that exceeds the token budget or the blocks
+    the running sequences can hold, and none after the first (or, through finishes, the last)
+    completion."""
+    kv = core.kv
+    capacity = kv.num_free + int(kv.held[ids].sum())
+    ok = (tokens <= core.scheduler.config.max_num_batched_tokens) & (blocks <= capacity)
+    length = m if ok.all() else int(np.argmin(ok))
+    last = int(finish_step.max()) if through_finishes else int(finish_step.min())
+    return min(length, last + 1)
+
+
 def _plan_plain(
     core: EngineCore,
     ids: IntArray,
@@ -198,11 +214,7 @@ def _plan_plain(
             axis=0
         ) + num_seqs * int(blocks_for(take - 1, kv.block_size))
     tokens = num_seqs * take
-    capacity = kv.num_free + int(kv.held[ids].sum())
-    ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
-    length = m if ok.all() else int(np.argmin(ok))
-    last = int(finish_step.max()) if through_finishes else int(finish_step.min())
-    length = min(length, last + 1)
+    length = _steps_that_fit(core, ids, tokens, blocks, finish_step, m, through_finishes)
     if length == 0:
         return None
     cols = slice(0, length)

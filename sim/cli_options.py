@@ -1,0 +1,20 @@
+"""Command-line arguments shared by every specsim command that takes a scenario."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ScenarioArg = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Scenario YAML file; the embedded default scenario when omitted.", show_default=False
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=8"),
+]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Output folder.")]
