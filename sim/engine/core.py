@@ -159,11 +159,14 @@ class EngineCore:
         drafting = (is_dec | completes) & ~finishing
         new_computed = np.where(is_dec, computed + emitted, computed + take)
 
+        num_tokens = int(take.sum())
+        num_decode = int(is_dec.sum())
+        num_decode_tokens = int((take * is_dec).sum())
         totals = StepTotals(
             num_seqs=np.array([len(ids)]),
-            num_tokens=np.array([take.sum()]),
-            num_logit_tokens=np.array([np.where(is_dec, take, completes).sum()]),
-            kv_read_tokens=np.array([(computed + take).sum()]),
+            num_tokens=np.array([num_tokens]),
+            num_logit_tokens=np.array([num_decode_tokens + int(completes.sum())]),
+            kv_read_tokens=np.array([int(computed.sum()) + num_tokens]),
             attention_pairs_x2=np.array([(take * (2 * computed + take + 1)).sum()]),
         )
         if self.speculative:
@@ -218,10 +221,10 @@ class EngineCore:
                 "duration_s": durations[:1],
                 **{key: value[:1] for key, value in parts.items()},
                 "num_seqs": len(ids),
-                "num_decode_seqs": int(is_dec.sum()),
-                "num_prefill_seqs": int((~is_dec).sum()),
-                "num_tokens": int(take.sum()),
-                "num_prefill_tokens": int(take[~is_dec].sum()),
+                "num_decode_seqs": num_decode,
+                "num_prefill_seqs": len(ids) - num_decode,
+                "num_tokens": num_tokens,
+                "num_prefill_tokens": num_tokens - num_decode_tokens,
                 "num_emitted_tokens": int(emitted.sum()),
                 "num_draft_tokens": int(batch.proposed.sum()),
                 "num_accepted_tokens": int(batch.accepted.sum()),
@@ -237,13 +240,7 @@ class EngineCore:
             length = self._cut_for_arrival(segment, starts, next_arrival_at_s, 1)
             if length > 0:
                 commit_segment(
-                    self,
-                    segment,
-                    length,
-                    starts[1:],
-                    durations[1:],
-                    {key: value[1:] for key, value in parts.items()},
-                    waiting_at,
+                    self, segment, length, starts, durations, parts, waiting_at, offset=1
                 )
                 self._check()
 
@@ -276,6 +273,15 @@ class EngineCore:
         self.scheduler.finish(ids)
         if self.on_finish is not None:
             self.on_finish(ids, end)
+
+    def finish_at(self, ids: IntArray, ends: FloatArray) -> None:
+        """Retire the requests ``ids``, each at its own ``ends`` time (within one stretch)."""
+        self.requests.finished_at_s[ids] = ends
+        self.scheduler.finish(ids)
+        if self.on_finish is not None:
+            # In time order, so closed-loop clients and progress see completions as they happen.
+            for end in np.unique(ends).tolist():
+                self.on_finish(ids[ends == end], end)
 
     def _check(self) -> None:
         if self.check:

@@ -249,9 +249,14 @@ def commit_segment(
     durations: FloatArray,
     parts: dict[str, FloatArray],
     waiting_at: Callable[[FloatArray], IntArray],
+    offset: int = 0,
 ) -> None:
-    """Apply the first ``length`` steps of ``segment``, timed by ``starts`` (length + 1 entries:
-    each step's start and the last one's end), record them, and retire whoever finished."""
+    """Apply the first ``length`` steps of ``segment``, timed by ``starts[offset:]`` (each step's
+    start and the last one's end; ``durations`` and ``parts`` from the same ``offset``), record
+    them, and retire whoever finished."""
+    if offset:
+        starts, durations = starts[offset:], durations[offset:]
+        parts = {key: value[offset:] for key, value in parts.items()}
     r, kv = core.requests, core.kv
     ids = segment.ids
     last_step = np.minimum(segment.finish_step, length - 1)
@@ -302,6 +307,4 @@ def commit_segment(
     core.num_steps += length
     finished = segment.finish_step < length
     if finished.any():
-        # Retire in step order, so closed-loop clients and progress see completions in time order.
-        for step in np.unique(segment.finish_step[finished]).tolist():
-            core.finish(ids[segment.finish_step == step], float(starts[step + 1]))
+        core.finish_at(ids[finished], starts[segment.finish_step[finished] + 1])
