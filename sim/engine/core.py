@@ -93,16 +93,42 @@ class EngineCore:
         step that starts at or after it while a new request could be admitted. ``waiting_at``
         counts the requests waiting at given times (for the step records).
         """
+        segment = None
         if self.can_fast_forward():
             segment = plan_segment(self, self._through_finishes(), next_arrival_at_s)
-            if segment is not None:
-                durations, parts = self._durations(segment.totals, segment.work)
-                starts = self._starts(durations)
-                length = self._cut_for_arrival(segment, starts, next_arrival_at_s, 0)
-                commit_segment(self, segment, length, starts, durations, parts, waiting_at)
-                self._check()
-                return
+        else:
+            admit = self._admissible()
+            if admit is not None:
+                # Once admitted, nothing waits: the stretch may run on past completions.
+                through = not self.arrivals_follow_finishes
+                segment = plan_segment(self, through, next_arrival_at_s, admit)
+        if segment is not None:
+            durations, parts = self._durations(segment.totals, segment.work)
+            starts = self._starts(durations)
+            length = self._cut_for_arrival(segment, starts, next_arrival_at_s, 0)
+            commit_segment(self, segment, length, starts, durations, parts, waiting_at)
+            self._check()
+            return
         self.step(len(self.scheduler.waiting), next_arrival_at_s, waiting_at)
+
+    def _admissible(self) -> IntArray | None:
+        """The waiting requests, if the scheduler would admit all of them next step and prefill
+        each whole prompt while every running sequence decodes: then that step opens a decode
+        stretch (:func:`plan_segment` checks the token budget and the blocks)."""
+        s, r = self.scheduler, self.requests
+        if not self.fast_forward_enabled or not s.waiting:
+            return None
+        if len(s.running) + len(s.waiting) > s.config.max_num_seqs:
+            return None
+        waiting = np.fromiter(s.waiting, dtype=np.int64, count=len(s.waiting))
+        if (r.num_emitted[waiting] > 0).any() or (r.num_computed_tokens[waiting] > 0).any():
+            return None  # a preempted request recomputes prompt and output: the general path
+        running = s.running
+        if len(running) and not (
+            s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()
+        ):
+            return None
+        return waiting
 
     def _through_finishes(self) -> bool:
         """Whether a decode stretch may run on past a completion: only when nothing waits to take

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from sim.cost_model import StepShape
 from sim.engine.drafter import DraftWork
 from sim.engine.kv_cache import blocks_for
+from sim.engine.requests import RUNNING
 
 if TYPE_CHECKING:
     from sim.engine.core import EngineCore
@@ -75,10 +76,17 @@ class Segment:
     proposed: IntArray | None
     accepted: IntArray | None
     finish_step: IntArray
+    #: Waiting requests admitted by the first step (the last rows of ``ids``): their prompts are
+    #: prefilled whole in step 0, which emits their first tokens; they decode from step 1.
+    num_admitted: int = 0
+    admitted_prompt_tokens: int = 0
 
 
 def plan_segment(
-    core: EngineCore, through_finishes: bool, next_arrival_at_s: float = np.inf
+    core: EngineCore,
+    through_finishes: bool,
+    next_arrival_at_s: float = np.inf,
+    admit: IntArray | None = None,
 ) -> Segment | None:
     """Plan the next pure-decode steps of ``core``'s running sequences (state untouched).
 
@@ -87,12 +95,22 @@ def plan_segment(
     take the freed room), in which case the finished sequences drop out and the others go on.
     ``next_arrival_at_s`` only sizes the plan: the steps likely to run before that arrival cuts
     the stretch, from the last step's duration (a plan that proves short simply ends the
-    stretch early; the next one carries on). Return None if not even one step fits.
+    stretch early; the next one carries on). ``admit`` (fresh waiting requests, in queue order)
+    makes step 0 also prefill their whole prompts, as the scheduler would admit them; the caller
+    has checked that nothing else in the queue or the running set stands in the way. Return
+    None if not even one step fits.
     """
     s, r, kv, plan = core.scheduler, core.requests, core.kv, core.plan
     ids = s.running
     computed0 = r.num_computed_tokens[ids]
     remaining = r.output_tokens[ids] - r.num_emitted[ids]
+    if admit is not None:
+        # An admitted request counts as having computed all but one token of its prompt and
+        # emitting its first token in step 0 (its remaining prefill is corrected below).
+        prompts = r.prompt_tokens[admit]
+        ids = np.concatenate((ids, admit))
+        computed0 = np.concatenate((computed0, prompts - 1))
+        remaining = np.concatenate((remaining, r.output_tokens[admit]))
     # Every step emits at least one token per sequence: all have finished within max(remaining)
     # steps, the first within min(remaining); costing more steps would be wasted work.
     horizon = int(remaining.max()) if through_finishes else int(remaining.min())
@@ -103,9 +121,20 @@ def plan_segment(
         expected = (next_arrival_at_s - core.clock_s) / last_step_s
         m = max(1, min(m, int(expected * 3.0) + 16))
     j = np.arange(m)
-    if not len(plan.proposed):
+    if admit is None and not len(plan.proposed):
         return _plan_plain(core, ids, computed0, remaining, m, through_finishes)
-    proposed_all, accepted = plan.window(ids, r.num_decode_steps[ids], m + 1)
+    if not len(plan.proposed):
+        proposed_all = accepted = np.zeros((len(ids), m + 1), dtype=np.int64)
+    elif admit is None:
+        proposed_all, accepted = plan.window(ids, r.num_decode_steps[ids], m + 1)
+    else:
+        # Admitted requests draft from step 1: their plans start one column later.
+        old = ids[: len(ids) - len(admit)]
+        old_proposed, old_accepted = plan.window(old, r.num_decode_steps[old], m + 1)
+        new_proposed, new_accepted = plan.window(admit, np.zeros(len(admit), np.int64), m)
+        pad = np.zeros((len(admit), 1), dtype=np.int64)
+        proposed_all = np.vstack((old_proposed, np.hstack((pad, new_proposed))))
+        accepted = np.vstack((old_accepted, np.hstack((pad, new_accepted))))
     accepted = accepted[:, :m]
     raw = accepted + 1
     cum = np.cumsum(raw, axis=1)
@@ -121,7 +150,17 @@ def plan_segment(
     accepted = accepted * active
     computed = computed0[:, None] + before
     take = ((1 + s.config.extra_tokens_per_decode) + proposed) * active
-    tokens = take.sum(axis=0)
+    if admit is not None:
+        # With computed = prompt - 1 and one token, an admitted request's step 0 holds and reads
+        # exactly its prompt's KV; its token count and causal pairs are corrected after.
+        take[len(ids) - len(admit) :, 0] = 1
+    logits = take.sum(axis=0)
+    tokens = logits
+    prefill_tokens = 0
+    if admit is not None:
+        prefill_tokens = int(prompts.sum())
+        tokens = logits.copy()
+        tokens[0] += prefill_tokens - len(admit)
     if s.config.rollback_policy == "in_place":
         blocks = (blocks_for(computed + take, kv.block_size) * active).sum(axis=0)
     else:
@@ -137,19 +176,27 @@ def plan_segment(
     drafting = active & ~finishing[:, cols]
     new_computed = computed + emitted
     num_seqs = active.sum(axis=0)
+    pairs_x2 = (take * (2 * computed + take + 1)).sum(axis=0)
+    num_new_tokens = (emitted * drafting).sum(axis=0)
+    if admit is not None:
+        # A whole prompt of P tokens is P·(P+1)/2 causal pairs, counted above as P (one token
+        # over P - 1); a drafter catches up on the whole prompt, counted above as one token.
+        pairs_x2[0] += int((prompts * (prompts + 1) - 2 * prompts).sum())
+        new_rows = slice(len(ids) - len(admit), len(ids))
+        num_new_tokens[0] += int(((prompts - 1) * drafting[new_rows, 0]).sum())
     return Segment(
         ids=ids,
         length=length,
         totals=StepTotals(
             num_seqs=num_seqs,
             num_tokens=tokens[cols],
-            num_logit_tokens=tokens[cols],
+            num_logit_tokens=logits[cols],
             kv_read_tokens=((computed + take) * active).sum(axis=0),
-            attention_pairs_x2=(take * (2 * computed + take + 1)).sum(axis=0),
+            attention_pairs_x2=pairs_x2,
         ),
         work=DraftWork(
             num_seqs=drafting.sum(axis=0),
-            num_new_tokens=(emitted * drafting).sum(axis=0),
+            num_new_tokens=num_new_tokens,
             context_tokens=(new_computed * drafting).sum(axis=0),
             num_full_accept=(drafting & (proposed > 0) & (accepted == proposed)).sum(axis=0),
             num_proposed=(proposed_all[:, 1 : length + 1] * drafting).sum(axis=0),
@@ -161,6 +208,8 @@ def plan_segment(
         proposed=proposed,
         accepted=accepted,
         finish_step=finish_step,
+        num_admitted=0 if admit is None else len(admit),
+        admitted_prompt_tokens=prefill_tokens,
     )
 
 
@@ -275,9 +324,23 @@ def commit_segment(
         r.num_accepted[ids] += accepted.sum(axis=1)
         drafted_per_step, accepted_per_step = proposed.sum(axis=0), accepted.sum(axis=0)
     new_computed = segment.computed0 + emitted_per_request
+    decode_steps = last_step + 1
+    num_admitted = segment.num_admitted
+    if num_admitted:
+        # Admission as the scheduler does it: off the queue's head, onto the running set's end.
+        admitted = ids[len(ids) - num_admitted :]
+        s = core.scheduler
+        for _ in range(num_admitted):
+            s.waiting.popleft()
+        s.running = np.concatenate((s.running, admitted))
+        r.state[admitted] = RUNNING
+        first_time = admitted[np.isnan(r.scheduled_at_s[admitted])]  # not a readmission
+        r.scheduled_at_s[first_time] = starts[0]
+        r.first_token_at_s[admitted] = starts[1]
+        decode_steps[len(ids) - num_admitted :] -= 1  # step 0 was their prefill
     r.num_emitted[ids] += emitted_per_request
     r.num_computed_tokens[ids] = new_computed
-    r.num_decode_steps[ids] += last_step + 1
+    r.num_decode_steps[ids] += decode_steps
     r.last_emit_at_s[ids] = starts[last_step + 1]
     r.last_emit_step[ids] = core.num_steps + last_step
     # KV: each sequence ends holding exactly the blocks of its committed tokens.
@@ -285,22 +348,38 @@ def commit_segment(
     keep = blocks_for(new_computed, kv.block_size)
     kv.num_free += int(kv.held[ids].sum() - keep.sum())
     kv.held[ids] = keep
+    num_decode_seqs = segment.num_seqs[:length]
+    num_prefill_seqs: IntArray | int = 0
+    num_prefill_tokens: IntArray | int = 0
+    num_waiting = waiting_at(starts[:length])
+    if num_admitted:
+        # Step 0 also prefilled the admitted requests, which were waiting when it started.
+        num_decode_seqs = num_decode_seqs.copy()
+        num_decode_seqs[0] -= num_admitted
+        num_prefill_seqs = np.zeros(length, dtype=np.int64)
+        num_prefill_seqs[0] = num_admitted
+        num_prefill_tokens = np.zeros(length, dtype=np.int64)
+        num_prefill_tokens[0] = segment.admitted_prompt_tokens
+        num_waiting = num_waiting.copy()
+        num_waiting[0] += num_admitted
     core.recorder.append(
         {
             "start_at_s": starts[:length],
             "duration_s": durations[:length],
             **{key: value[:length] for key, value in parts.items()},
             "num_seqs": segment.num_seqs[:length],
-            "num_decode_seqs": segment.num_seqs[:length],
-            "num_prefill_seqs": 0,
+            "num_decode_seqs": num_decode_seqs,
+            "num_prefill_seqs": num_prefill_seqs,
             "num_tokens": segment.totals.num_tokens[:length],
-            "num_prefill_tokens": 0,
+            "num_prefill_tokens": num_prefill_tokens,
             "num_emitted_tokens": emitted_per_step,
             "num_draft_tokens": drafted_per_step,
             "num_accepted_tokens": accepted_per_step,
             "kv_blocks_used": segment.blocks[:length],
-            "num_waiting": waiting_at(starts[:length]),
-            "num_regular_itl": segment.num_seqs[:length],
+            "num_waiting": num_waiting,
+            # Every sequence that decodes emitted in the step before (a prefill emits a first
+            # token, not an inter-token gap).
+            "num_regular_itl": num_decode_seqs,
         }
     )
     core.clock_s = float(starts[length])
