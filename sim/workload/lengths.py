@@ -173,11 +173,9 @@ class LognormalLengths:
 
 
 @dataclass(frozen=True, eq=False)
-class EmpiricalLengths:
-    """Lengths drawn uniformly with replacement from recorded ``values``, then clipped.
-
-    The mean and variance are those of the clipped values themselves (population moments), which is
-    exactly what sampling with replacement reproduces.
+class _RecordedLengths:
+    """Lengths taken from recorded ``values`` (clipped on construction): their population mean
+    and variance are the distribution's.
 
     Raise ValueError if ``values`` is empty.
     """
@@ -188,7 +186,7 @@ class EmpiricalLengths:
 
     def __post_init__(self) -> None:
         if len(self.values) == 0:
-            raise ValueError(f"{self.source}: no values to sample lengths from")
+            raise ValueError(f"{self.source}: no values to draw lengths from")
         clipped = _clip(np.asarray(self.values), self.max_tokens)
         clipped.flags.writeable = False
         object.__setattr__(self, "values", clipped)
@@ -201,12 +199,23 @@ class EmpiricalLengths:
     def variance(self) -> float:
         return float(self.values.var())
 
+
+@dataclass(frozen=True, eq=False)
+class EmpiricalLengths(_RecordedLengths):
+    """Lengths drawn uniformly with replacement from recorded ``values``, then clipped.
+
+    The mean and variance are those of the clipped values themselves (population moments), which is
+    exactly what sampling with replacement reproduces.
+
+    Raise ValueError if ``values`` is empty.
+    """
+
     def sample(self, num_requests: int, rng: np.random.Generator) -> np.ndarray:
         return self.values[rng.integers(0, len(self.values), size=num_requests)]
 
 
 @dataclass(frozen=True, eq=False)
-class ReplayedLengths:
+class ReplayedLengths(_RecordedLengths):
     """Recorded lengths replayed in order, request by request, then clipped.
 
     The mean and variance are those of the first ``num_requests`` clipped values: the population
@@ -215,24 +224,7 @@ class ReplayedLengths:
     Raise ValueError if ``values`` is empty or shorter than a request for ``sample``.
     """
 
-    values: np.ndarray
-    max_tokens: int | None = None
     source: str = "trace"
-
-    def __post_init__(self) -> None:
-        if len(self.values) == 0:
-            raise ValueError(f"{self.source}: no recorded lengths")
-        clipped = _clip(np.asarray(self.values), self.max_tokens)
-        clipped.flags.writeable = False
-        object.__setattr__(self, "values", clipped)
-
-    @property
-    def mean(self) -> float:
-        return float(self.values.mean())
-
-    @property
-    def variance(self) -> float:
-        return float(self.values.var())
 
     def sample(self, num_requests: int, rng: np.random.Generator) -> np.ndarray:
         if num_requests > len(self.values):
