@@ -104,6 +104,8 @@ class Outcome:
     mean_batch_size: float
     meets_slo: bool
     acceptance_source: str | None = None
+    #: ``supported`` or ``experimental``: how the engine offers this configuration.
+    engine_support: str = "supported"
 
 
 @dataclass
@@ -291,7 +293,11 @@ def simulate(
     if temperature is not None:
         variant["workload"] = {**document["workload"], "temperature": temperature}
     scenario = validate_document(variant, f"candidate {candidate.label}")
-    summary = run_scenario(scenario, Path.cwd()).summary
+    result = run_scenario(scenario, Path.cwd())
+    summary = result.summary
+    support = str(
+        result.resolved_scenario["derived"]["strategy"].get("engine_support", "supported")
+    )
     ttft = summary["ttft_ms"]["p99"]
     tpot = summary["tpot_ms"]["p50"]
     meets = (
@@ -301,6 +307,7 @@ def simulate(
         candidate.label, str(summary["method"]), float(summary["e2e_latency_ms"]["mean"]),
         ttft, tpot, summary["itl_ms"]["p50"], float(summary["output_throughput_tok_s"]),
         float(summary["mean_acceptance_length"]), float(summary["mean_batch_size"]), meets, source,
+        support,
     )  # fmt: skip
 
 

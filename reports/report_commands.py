@@ -125,13 +125,20 @@ def format_recommendation(answer: Recommendation) -> str:
     lines.append("")
     lines.append(
         f"{'configuration':<28}{'e2e mean':>10}{'TTFT p99':>10}{'TPOT p50':>10}"
-        f"{'tok/s':>9}{'acc.len':>9}  SLO"
+        f"{'tok/s':>9}{'acc.len':>9}  SLO     engine"
     )
     for o in answer.outcomes:
         lines.append(
             f"{o.label:<28}{_ms(o.mean_e2e_latency_ms):>10}{_ms(o.ttft_p99_ms):>10}"
             f"{_ms(o.tpot_p50_ms):>10}{o.output_throughput_tok_s:>9.0f}"
-            f"{o.mean_acceptance_length:>9.2f}  {'ok' if o.meets_slo else 'missed'}"
+            f"{o.mean_acceptance_length:>9.2f}  {'ok' if o.meets_slo else 'missed':<7} "
+            f"{o.engine_support}"
+        )
+    if answer.best.engine_support != "supported":
+        fallback = next((o for o in answer.outcomes if o.engine_support == "supported"), None)
+        lines.append(
+            f"note: {answer.best.label} is {answer.best.engine_support} on this engine"
+            + (f"; the best supported configuration is {fallback.label}" if fallback else "")
         )
     lines.append(
         "(latencies in ms; ranked by mean end-to-end latency, SLO first; a drafting "
