@@ -43,6 +43,29 @@ def acceptance_lengths(requests: pd.DataFrame) -> np.ndarray:
     return np.asarray(1.0 + accepted[kept] / steps[kept])
 
 
+#: One colour per drafting method in every figure, so a method looks the same throughout a report.
+METHOD_COLORS = {
+    "none": "C0", "eagle3": "C1", "eagle": "C2", "eagle2": "C3", "ngram": "C4",
+    "draft_model": "C5", "medusa": "C6", "mtp": "C7", "lookahead": "C8",
+}  # fmt: skip
+
+
+def series_color(name: str, index: int) -> str:
+    """A method's own colour; any other series by its position."""
+    return METHOD_COLORS.get(name, f"C{index % 10}")
+
+
+def _plain_log_ticks(axes: Any, which: str) -> None:
+    """Label a log axis with plain numbers (20, 50, 100) instead of powers of ten."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    axis = axes.xaxis if which == "x" else axes.yaxis
+    formatter = ScalarFormatter()
+    formatter.set_scientific(False)
+    axis.set_major_formatter(formatter)
+    axis.set_minor_formatter(NullFormatter())
+
+
 def acceptance_histogram_figure(lengths: Mapping[str, np.ndarray]) -> Figure:
     """Histograms of per-request acceptance length, one outline per method, bins of 0.1 token.
 
@@ -55,9 +78,14 @@ def acceptance_histogram_figure(lengths: Mapping[str, np.ndarray]) -> Figure:
     bins = [float(b) for b in np.arange(1.0, max(top, 1.1) + 0.1, 0.1)]
     figure = _figure(6.4, 3.8)
     axes = figure.add_subplot()
-    for name, values in kept.items():
+    for index, (name, values) in enumerate(kept.items()):
         axes.hist(
-            values, bins=bins, histtype="step", lw=1.6, label=f"{name} (mean {values.mean():.2f})"
+            values,
+            bins=bins,
+            histtype="step",
+            lw=1.6,
+            color=series_color(name, index),
+            label=f"{name} (mean {values.mean():.2f})",
         )
     axes.set_xlabel("acceptance length per request (tokens per verify step, bonus included)")
     axes.set_ylabel("requests")
@@ -118,10 +146,11 @@ def timeline_figure(timelines: Mapping[str, pd.DataFrame]) -> Figure:
     figure = _figure(9.0, 3.8)
     left, right = figure.subplots(1, 2)
     fractional = all("kv_usage" in t.columns for t in timelines.values())
-    for name, timeline in timelines.items():
+    for index, (name, timeline) in enumerate(timelines.items()):
         kv = timeline["kv_usage"] * 100.0 if fractional else timeline["kv_blocks_used"]
-        left.plot(timeline["time_s"], kv, lw=1.0, label=name)
-        right.plot(timeline["time_s"], timeline["batch_size"], lw=1.0, label=name)
+        color = series_color(name, index)
+        left.plot(timeline["time_s"], kv, lw=1.0, color=color, label=name)
+        right.plot(timeline["time_s"], timeline["batch_size"], lw=1.0, color=color, label=name)
     left.set_ylabel("KV cache used (% of pool)" if fractional else "KV blocks used")
     right.set_ylabel("batch size (running sequences)")
     for axes in (left, right):
@@ -157,7 +186,7 @@ def load_curves_figure(frame: pd.DataFrame, x: str, group: str, x_label: str) ->
     groups = _line_groups(frame, x, group)
     for axes, (label, columns) in zip(axes_list, panels, strict=True):
         for index, (name, part) in enumerate(groups):
-            color = f"C{index % 10}"
+            color = series_color(name, index)
             for column, style in columns:
                 stat = column.rsplit("_", 2)[-2] if column.endswith("_ms") else ""
                 axes.plot(
@@ -174,6 +203,7 @@ def load_curves_figure(frame: pd.DataFrame, x: str, group: str, x_label: str) ->
         axes.grid(alpha=0.3)
         if "ms" in label:
             axes.set_yscale("log")
+            _plain_log_ticks(axes, "y")
     axes_list[0].legend(fontsize="small")
     return figure
 
@@ -244,7 +274,7 @@ def slo_frontier_figure(
     max_rates = {str(r["method"]): r.get("max_rate_per_s") for r in rows}
     for axes, (key, bound) in zip(axes_list, bounds.items(), strict=True):
         for index, (name, part) in enumerate(probes.groupby("method", sort=False)):
-            color = f"C{index % 10}"
+            color = series_color(str(name), index)
             axes.plot(part["rate_per_s"], part[key], ".", color=color, alpha=0.35)
             mean = part.groupby("rate_per_s")[key].mean()
             axes.plot(mean.index, mean.to_numpy(), "-", color=color, label=str(name))
@@ -254,6 +284,8 @@ def slo_frontier_figure(
         axes.axhline(bound, color="k", ls=":", lw=1.2)
         axes.set_xscale("log")
         axes.set_yscale("log")
+        _plain_log_ticks(axes, "x")
+        _plain_log_ticks(axes, "y")
         axes.set_xlabel("request rate (req/s, Poisson)")
         axes.set_ylabel(f"{key} (bound {bound:g})")
         axes.grid(alpha=0.3)
