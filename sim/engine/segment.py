@@ -1,10 +1,12 @@
-"""Decode segments: many pure-decode steps planned at once from the engine's state.
+"""Decode segments: many decode steps planned at once from the engine's state.
 
-Between events that change the batch (an arrival that could be admitted, a completion, a block
-shortage), every running sequence decodes and each step's shape follows from the sequences'
-lengths and their acceptance plans alone. :func:`plan_segment` computes those steps' integer
-aggregates as (sequence × step) arrays without touching any state; the engine costs them with one
-cost-model call and :func:`commit_segment` applies the first ``length`` of them.
+Between events that change the batch (an arrival that could be admitted, a block shortage, a
+completion whose room someone waits for), every running sequence decodes and each step's shape
+follows from the sequences' lengths and their acceptance plans alone. :func:`plan_segment`
+computes those steps' integer aggregates as (sequence × step) arrays without touching any state;
+the engine costs them with one cost-model call and :func:`commit_segment` applies the first
+``length`` of them. A segment may open with the step that admits the waiting requests, when the
+scheduler would admit them all with whole prompts: they are rows that prefill in step 0.
 
 Both functions reproduce exactly what stepping one by one through the scheduler does: the same
 integer aggregates, the same block counts, the same emissions.
