@@ -12,6 +12,7 @@ built to have exactly that ``alpha``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -43,11 +44,13 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
     """Mean tokens one verify step emits, bonus token included: ``(1 - alpha^(k+1)) / (1 - alpha)``.
 
     Computed as the partial geometric sum ``sum(alpha^i, i = 0..k)``, which equals the closed form
-    and tends to ``k + 1`` as ``alpha -> 1`` without a special case. Raise ScenarioError if
-    ``alpha`` is outside [0, 1] or ``k`` is not a non-negative int.
+    and tends to ``k + 1`` as ``alpha -> 1`` without a special case; the sum is correctly rounded
+    (``math.fsum``), so one more draft never yields a smaller value through rounding. Raise
+    ScenarioError if ``alpha`` is outside [0, 1] or ``k`` is not a non-negative int.
     """
     _check_alpha_k(alpha, k)
-    return float(np.sum(float(alpha) ** np.arange(int(k) + 1)))
+    a = float(alpha)
+    return math.fsum(a**i for i in range(int(k) + 1))
 
 
 def time_per_token(alpha: float, k: int, c: float) -> float:
