@@ -86,10 +86,3 @@ class StepRecorder:
         if self._size == 0:
             return float("nan")
         return float(self._columns["duration_s"][self._size - 1])
-
-    def last_end_at_s(self) -> float:
-        """End time of the last recorded step (NaN before the first)."""
-        if self._size == 0:
-            return float("nan")
-        i = self._size - 1
-        return float(self._columns["start_at_s"][i] + self._columns["duration_s"][i])
