@@ -14,6 +14,7 @@ into one cell, chosen from the exact distribution rather than from the data.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -98,6 +99,33 @@ def _append(
         sequences[rows[keep], destination[keep]] = emitted[keep, column]
 
 
+def _generate(
+    contexts: np.ndarray,
+    length: int,
+    step: Callable[[np.ndarray], Any],
+) -> SpeculativeRun:
+    """Run speculative steps until every context has ``length`` tokens.
+
+    ``step(last_tokens)`` performs one speculative step for the given last tokens and returns a
+    result with ``emitted_tokens``, ``emitted_mask``, ``num_accepted_tokens`` and
+    ``num_emitted_tokens`` (a chain or a tree step result).
+    """
+    sequences = np.zeros((contexts.size, length), dtype=np.int64)
+    filled = np.zeros(contexts.size, dtype=np.int64)
+    last = contexts.copy()
+    num_steps = 0
+    num_accepted = 0
+    while np.any(filled < length):
+        rows = np.flatnonzero(filled < length)
+        result = step(last[rows])
+        _append(sequences, filled, rows, result.emitted_tokens, result.emitted_mask)
+        last[rows] = result.emitted_tokens[np.arange(rows.size), result.num_accepted_tokens]
+        filled[rows] += result.num_emitted_tokens
+        num_steps += rows.size
+        num_accepted += int(result.num_accepted_tokens.sum())
+    return SpeculativeRun(sequences, num_steps, num_accepted / num_steps)
+
+
 def chain_sequences(
     pair: MarkovPair,
     contexts: np.ndarray,
@@ -108,32 +136,23 @@ def chain_sequences(
     broken_residual: bool,
 ) -> SpeculativeRun:
     """Generate ``length`` tokens per context by chain speculative steps of ``k`` drafts."""
-    sequences = np.zeros((contexts.size, length), dtype=np.int64)
-    filled = np.zeros(contexts.size, dtype=np.int64)
-    last = contexts.copy()
-    num_steps = 0
-    num_accepted = 0
-    while np.any(filled < length):
-        rows = np.flatnonzero(filled < length)
+
+    def step(last: np.ndarray) -> Any:
         # Draft k tokens, each conditioned on the drafted prefix; the target pass then reads the
         # context and all k drafts, giving k + 1 next-token distributions.
-        prefix = np.zeros((rows.size, k + 1), dtype=np.int64)
-        prefix[:, 0] = last[rows]
+        prefix = np.zeros((last.size, k + 1), dtype=np.int64)
+        prefix[:, 0] = last
         for position in range(k):
             prefix[:, position + 1] = sample_categorical(pair.draft_prob[prefix[:, position]], rng)
-        result = speculative_chain_step(
+        return speculative_chain_step(
             prefix[:, 1:],
             pair.draft_prob[prefix[:, :k]],
             pair.target_prob[prefix],
             rng,
             broken_residual=broken_residual,
         )
-        _append(sequences, filled, rows, result.emitted_tokens, result.emitted_mask)
-        last[rows] = result.emitted_tokens[np.arange(rows.size), result.num_accepted_tokens]
-        filled[rows] += result.num_emitted_tokens
-        num_steps += rows.size
-        num_accepted += int(result.num_accepted_tokens.sum())
-    return SpeculativeRun(sequences, num_steps, num_accepted / num_steps)
+
+    return _generate(contexts, length, step)
 
 
 def tree_sequences(
@@ -146,17 +165,10 @@ def tree_sequences(
     broken_residual: bool,
 ) -> SpeculativeRun:
     """Generate ``length`` tokens per context by tree speculative steps over ``tree``."""
-    sequences = np.zeros((contexts.size, length), dtype=np.int64)
-    filled = np.zeros(contexts.size, dtype=np.int64)
-    last = contexts.copy()
-    num_steps = 0
-    num_accepted = 0
-    while np.any(filled < length):
-        rows = np.flatnonzero(filled < length)
-        tree_tokens = draft_tree_tokens(
-            tree, last[rows], lambda tokens: pair.draft_prob[tokens], rng
-        )
-        result = speculative_tree_step(
+
+    def step(last: np.ndarray) -> Any:
+        tree_tokens = draft_tree_tokens(tree, last, lambda tokens: pair.draft_prob[tokens], rng)
+        return speculative_tree_step(
             tree,
             tree_tokens,
             pair.draft_prob[tree_tokens[:, : tree.num_internal_positions]],
@@ -164,12 +176,8 @@ def tree_sequences(
             rng,
             broken_residual=broken_residual,
         )
-        _append(sequences, filled, rows, result.emitted_tokens, result.emitted_mask)
-        last[rows] = result.emitted_tokens[np.arange(rows.size), result.num_accepted_tokens]
-        filled[rows] += result.num_emitted_tokens
-        num_steps += rows.size
-        num_accepted += int(result.num_accepted_tokens.sum())
-    return SpeculativeRun(sequences, num_steps, num_accepted / num_steps)
+
+    return _generate(contexts, length, step)
 
 
 @dataclass(frozen=True, slots=True)
