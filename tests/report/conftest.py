@@ -10,7 +10,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from reports.report_commands import register
+from sim.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "spec-chat-eagle3.yaml"
@@ -60,13 +60,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 def cli() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def root() -> None:
-        """specsim (test harness)."""
-
-    register(app)
+    """The real ``specsim`` command line, where these commands are registered."""
     return app
 
 

@@ -1,4 +1,4 @@
-"""A local command line holding only the multi-run commands, as ``specsim`` registers them."""
+"""The command line the multi-run command tests drive."""
 
 from __future__ import annotations
 
@@ -6,18 +6,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from reports.commands import register
+from sim.cli import app
 
 
 @pytest.fixture
 def cli() -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def root() -> None:
-        """specsim (test harness)."""
-
-    register(app)
+    """The real ``specsim`` command line, where these commands are registered."""
     return app
 
 
