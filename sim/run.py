@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from sim.engine.drafter import StepPlan
 from sim.engine.kv_cache import BlockManager, blocks_for
 from sim.engine.memory import MemoryPlan, plan_memory
 from sim.engine.node import ArrivalSchedule, ServingNode
-from sim.engine.presets import get_preset
+from sim.engine.presets import SETTINGS, EnginePreset, get_preset
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
@@ -51,52 +51,25 @@ REQUEST_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class ResolvedEngine:
-    """The engine settings in force: the scenario's keys over the preset's defaults."""
+def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> EnginePreset:
+    """The engine settings in force: the scenario's keys over the calibrated profile's overheads
+    (if ``engine.profile`` is set) over the preset's defaults.
 
-    preset: str
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    block_size: int
-    gpu_memory_utilization: float
-    chunked_prefill: bool
-    kv_rollback: str
-    step_overhead_s: float
-    per_sequence_overhead_s: float
-    reserved_memory_bytes: float
-
-
-def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> ResolvedEngine:
-    """Fill every unset engine key from the calibrated profile, if any, then from the preset.
-
-    Keys written in the scenario always win. Raise ScenarioError if ``engine.profile`` cannot be
-    loaded or was fitted for another GPU or model.
+    Raise ScenarioError if ``engine.profile`` cannot be loaded or was fitted for another GPU,
+    model or TP degree.
     """
     e = scenario.engine
-    p = get_preset(e.preset)
-    step_overhead_s, per_sequence_overhead_s = p.step_overhead_s, p.per_sequence_overhead_s
+    preset = get_preset(e.preset)
     if e.profile is not None:
         profile = load_engine_profile(e.profile, base_dir or Path.cwd())
         _check_profile_target(scenario, profile)
-        step_overhead_s = profile.step_overhead_s
-        per_sequence_overhead_s = profile.per_sequence_overhead_s
-
-    def pick(value: Any, default: Any) -> Any:
-        return default if value is None else value
-
-    return ResolvedEngine(
-        preset=e.preset,
-        max_num_seqs=pick(e.max_num_seqs, p.max_num_seqs),
-        max_num_batched_tokens=pick(e.max_num_batched_tokens, p.max_num_batched_tokens),
-        block_size=pick(e.block_size, p.block_size),
-        gpu_memory_utilization=pick(e.gpu_memory_utilization, p.gpu_memory_utilization),
-        chunked_prefill=pick(e.chunked_prefill, p.chunked_prefill),
-        kv_rollback=pick(e.kv_rollback, p.kv_rollback),
-        step_overhead_s=pick(e.step_overhead_s, step_overhead_s),
-        per_sequence_overhead_s=pick(e.per_sequence_overhead_s, per_sequence_overhead_s),
-        reserved_memory_bytes=p.reserved_memory_bytes,
-    )
+        preset = replace(
+            preset,
+            step_overhead_s=profile.step_overhead_s,
+            per_sequence_overhead_s=profile.per_sequence_overhead_s,
+        )
+    written = {key: getattr(e, key) for key in SETTINGS if getattr(e, key) is not None}
+    return replace(preset, **written)
 
 
 def _check_profile_target(scenario: Scenario, profile: EngineProfile) -> None:
@@ -116,12 +89,10 @@ def _check_profile_target(scenario: Scenario, profile: EngineProfile) -> None:
         )
 
 
-def resolved_document(scenario: Scenario, engine: ResolvedEngine) -> dict[str, Any]:
+def resolved_document(scenario: Scenario, engine: EnginePreset) -> dict[str, Any]:
     """The scenario with every default written out, as saved beside the results."""
     document = scenario.model_dump(mode="json")
-    document["engine"].update(
-        {k: v for k, v in engine.__dict__.items() if k != "reserved_memory_bytes"}
-    )
+    document["engine"].update({key: getattr(engine, key) for key in SETTINGS})
     return document
 
 
@@ -130,7 +101,7 @@ class Simulation:
     """Everything built from a scenario, ready to run."""
 
     scenario: Scenario
-    engine: ResolvedEngine
+    engine: EnginePreset
     model: Model
     workload: Workload
     strategy: Strategy
@@ -193,7 +164,7 @@ def build_simulation(
         model,
         gpu,
         cost_model,
-        engine.preset,
+        engine.name,
         base_dir,
         enforce_support=(
             not scenario.speculation.allow_unsupported
@@ -255,7 +226,7 @@ def _check_lengths(
     workload: Workload,
     model: Model,
     memory: MemoryPlan,
-    engine: ResolvedEngine,
+    engine: EnginePreset,
     lookahead_tokens: int,
 ) -> None:
     total = workload.prompt_tokens + workload.output_tokens

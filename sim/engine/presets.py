@@ -15,6 +15,18 @@ import yaml
 
 from sim.errors import ScenarioError
 
+#: Preset fields a scenario's ``engine`` section can set (the rest describe the preset itself).
+SETTINGS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "gpu_memory_utilization",
+    "chunked_prefill",
+    "kv_rollback",
+    "step_overhead_s",
+    "per_sequence_overhead_s",
+)
+
 
 @dataclass(frozen=True)
 class EnginePreset:
