@@ -8,7 +8,7 @@ step, KV bytes per token) with the standard decoder-only formulas, stated where 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -21,6 +21,8 @@ from sim.errors import CatalogueError
 
 #: bf16 weights and KV cache: 2 bytes per element.
 BF16_BYTES = 2
+#: Bytes per element of each weight or KV-cache precision the cost model knows.
+PRECISION_BYTES = {"bf16": 2.0, "fp8": 1.0}
 
 
 @dataclass(frozen=True)
@@ -95,10 +97,17 @@ class ModelSpec(BaseModel):
 
 @dataclass(frozen=True)
 class Model:
-    """A model's architecture and the sizes derived from it (bf16 weights and KV cache)."""
+    """A model's architecture and the sizes derived from it.
+
+    ``weight_precision`` is that of the linear layers of the decoder (``fp8``: an FP8 checkpoint,
+    whose embedding, lm_head and norms stay bf16 as vLLM's ``Fp8LinearMethod`` leaves them);
+    ``kv_cache_precision`` that of the KV cache (vLLM ``--kv-cache-dtype``).
+    """
 
     spec: ModelSpec
     name: str
+    weight_precision: str = "bf16"
+    kv_cache_precision: str = "bf16"
     # Derived sizes, filled in by ``from_spec``.
     attention_params_per_layer: int = field(default=0)
     expert_params_per_layer: int = field(default=0)
@@ -145,6 +154,35 @@ class Model:
             lm_head_params=0 if spec.tied_embeddings else spec.vocab_size * h,
         )
 
+    def with_precision(self, weights: str, kv_cache: str) -> Model:
+        """This model with its linear layers stored in ``weights`` and its KV cache in
+        ``kv_cache``. Raise CatalogueError if either is not in :data:`PRECISION_BYTES`."""
+        for key, value in (("weights", weights), ("kv_cache", kv_cache)):
+            if value not in PRECISION_BYTES:
+                raise CatalogueError(
+                    f"precision.{key}: unknown precision {value!r}; known: "
+                    f"{', '.join(PRECISION_BYTES)}"
+                )
+        return replace(self, weight_precision=weights, kv_cache_precision=kv_cache)
+
+    @property
+    def weight_bytes_per_param(self) -> float:
+        """Bytes per parameter of the decoder's linear layers."""
+        return PRECISION_BYTES[self.weight_precision]
+
+    @property
+    def linear_weight_bytes_read(self) -> float:
+        """Bytes of dense linear weights one forward reads: the decoder's linear layers at their
+        precision (MoE experts excluded), the lm_head and norms in bf16."""
+        head = self.spec.vocab_size * self.spec.hidden_size
+        body = self.dense_linear_params - head
+        return float(body * self.weight_bytes_per_param + head * BF16_BYTES)
+
+    @property
+    def expert_bytes_per_layer(self) -> float:
+        """Bytes of one routed expert of one layer at the weights' precision."""
+        return float(self.expert_params_per_layer * self.weight_bytes_per_param)
+
     # --- sizes -------------------------------------------------------------------------------
     @property
     def total_params(self) -> int:
@@ -161,8 +199,17 @@ class Model:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes of all weights in bf16: what must fit in GPU memory."""
-        return float(self.total_params * BF16_BYTES)
+        """Bytes of all weights at their precision: what must fit in GPU memory (embedding,
+        lm_head and norms in bf16)."""
+        s = self.spec
+        unquantised = (
+            self.embedding_params
+            + self.lm_head_params
+            + s.num_layers * self.norm_params_per_layer
+            + s.hidden_size
+        )
+        quantised = self.total_params - unquantised
+        return float(quantised * self.weight_bytes_per_param + unquantised * BF16_BYTES)
 
     @property
     def lm_head_bytes(self) -> float:
@@ -204,9 +251,11 @@ class Model:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes per token over all layers: 2 (K and V) · L · n_kv · d_h · 2 bytes."""
+        """KV-cache bytes per token over all layers: 2 (K and V) · L · n_kv · d_h · bytes per
+        element of the cache's precision."""
         s = self.spec
-        return float(2 * s.num_layers * s.num_kv_heads * s.head_dim * BF16_BYTES)
+        element = PRECISION_BYTES[self.kv_cache_precision]
+        return float(2 * s.num_layers * s.num_kv_heads * s.head_dim * element)
 
     @property
     def attention_flops_per_pair(self) -> float:

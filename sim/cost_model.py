@@ -21,12 +21,13 @@ steps can be costed at once. Nothing here knows about queues or time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import GPU, Model
+from sim.host_costs import HostCostModel, HostCosts
 
 FloatArray = NDArray[np.float64]
 
@@ -104,6 +105,12 @@ class StepShape:
 class StepCostModel:
     """Maps a step shape to its duration and breakdown for one model on one node.
 
+    ``host`` adds the engine's host-side mechanisms (:mod:`sim.host_costs`): CPU work that grows
+    with the batch, CUDA-graph capture and eager launches, and overlap of CPU work with the
+    forward; without it only ``step_overhead_s + per_sequence_overhead_s·B`` is added.
+    ``speculative``: the steps verify drafts (adds the host's speculative per-sequence work);
+    ``cpu_overlap``: whether this run overlaps CPU work with the forward (an engine may turn its
+    overlap off for a speculative method; None takes ``host.cpu_overlap``).
     Raise ValueError if ``tp`` < 1 or an overhead is negative.
     """
 
@@ -115,6 +122,10 @@ class StepCostModel:
         efficiency: Efficiency,
         step_overhead_s: float,
         per_sequence_overhead_s: float = 0.0,
+        *,
+        host: HostCosts | None = None,
+        speculative: bool = False,
+        cpu_overlap: bool | None = None,
     ) -> None:
         if tp < 1:
             raise ValueError(f"tensor-parallel degree must be >= 1, got {tp}")
@@ -126,8 +137,33 @@ class StepCostModel:
         self.efficiency = efficiency
         self.step_overhead_s = step_overhead_s
         self.per_sequence_overhead_s = per_sequence_overhead_s
+        base = host if host is not None else HostCosts()
+        self.host_costs = replace(
+            base,
+            step_overhead_s=step_overhead_s,
+            per_sequence_overhead_s=per_sequence_overhead_s,
+        )
+        self.host = HostCostModel(self.host_costs, model.spec.num_layers)
+        self.speculative = speculative
+        self.cpu_overlap = base.cpu_overlap if cpu_overlap is None else cpu_overlap
+        #: Whether the host model changes anything beyond the two plain overheads.
+        self._host_mechanisms = host is not None and (
+            base.per_token_overhead_s > 0
+            or base.per_layer_overhead_s > 0
+            or (speculative and base.spec_per_sequence_overhead_s > 0)
+            or base.cuda_graph_max_tokens > 0
+            or base.eager_launch_s_per_layer > 0
+            or self.cpu_overlap
+            or base.verify_batch_expansion
+        )
         self._bw = tp * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s
         self._flops = tp * efficiency.flops * gpu.bf16_dense_flops
+        # FP8 linear layers run at the GPU's FP8 tensor throughput (the lm_head stays bf16).
+        self._body_flops = self._flops
+        if model.weight_precision == "fp8":
+            if gpu.fp8_dense_flops is None:
+                raise ValueError(f"{gpu.name} has no FP8 tensor throughput in the catalogue")
+            self._body_flops = tp * efficiency.flops * gpu.fp8_dense_flops
         spec = model.spec
         self._kv_bw = (
             min(tp, spec.num_kv_heads) * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s
@@ -142,9 +178,11 @@ class StepCostModel:
             else 0
         )
         self._moe = spec.num_experts > 1
-        self._dense_weight_s = 2.0 * model.dense_linear_params / self._bw
-        self._expert_weight_s = 2.0 * spec.num_layers * model.expert_params_per_layer / self._bw
-        self._flop_s_per_token = 2.0 * (model.dense_linear_params - lm_head + routed) / self._flops
+        self._dense_weight_s = model.linear_weight_bytes_read / self._bw
+        self._expert_weight_s = spec.num_layers * model.expert_bytes_per_layer / self._bw
+        self._flop_s_per_token = (
+            2.0 * (model.dense_linear_params - lm_head + routed) / self._body_flops
+        )
         self._flop_s_per_logit = 2.0 * lm_head / self._flops
         self._kv_s_per_token = model.kv_bytes_per_token / self._kv_bw
         self._attention_s_per_pair = model.attention_flops_per_pair / self._flops
@@ -205,7 +243,11 @@ class StepCostModel:
 
         The same arithmetic as the operator-class methods above, fused into as few array
         operations as possible: the engine calls this once per step or fast-forwarded segment.
+        ``fixed_s`` is the host time the GPU does not hide (:mod:`sim.host_costs`): CPU work and,
+        for a step outside a CUDA graph, the wait on kernel launches.
         """
+        if self._host_mechanisms:
+            return self._host_breakdown(shape)
         num_seqs = np.asarray(shape.num_seqs, dtype=np.float64)
         n = np.asarray(shape.num_tokens, dtype=np.float64)
         n_logits = np.asarray(shape.num_logit_tokens, dtype=np.float64)
@@ -230,6 +272,39 @@ class StepCostModel:
             "draft_s": zeros,
         }
 
+    def _host_breakdown(self, shape: StepShape) -> dict[str, FloatArray]:
+        """:meth:`breakdown` with the host mechanisms: a decode-only step (verification included)
+        within the captured sizes replays a CUDA graph at its padded size; any other step launches
+        eagerly and waits where launching is slower than the GPU; the CPU work shows in full or,
+        with overlap, where it exceeds the forward."""
+        num_seqs = np.asarray(shape.num_seqs, dtype=np.float64)
+        n_real = np.asarray(shape.num_tokens, dtype=np.float64)
+        n_logits = np.asarray(shape.num_logit_tokens, dtype=np.float64)
+        # Every token of a decode-only step yields logits; a prefill chunk yields at most one.
+        graphed = self.host.graphed(num_seqs, n_real, n_real <= n_logits)
+        n = self.host.padded_tokens(num_seqs, n_real, graphed)
+        linear = self.linear_s(n, n_logits)
+        kv_read = np.asarray(shape.kv_read_tokens, dtype=np.float64)
+        pairs = np.asarray(shape.attention_pairs, dtype=np.float64)
+        if self.host_costs.verify_batch_expansion:
+            # Each verified position is its own sequence reading the whole context: Σ t_i·n_i,
+            # which is the step's (query, key) pair count, for the decode-only steps.
+            kv_read = np.where(n_real <= n_logits, np.maximum(kv_read, pairs), kv_read)
+        attention = np.maximum(self._kv_s_per_token * kv_read, self._attention_s_per_pair * pairs)
+        allreduce = self.allreduce_s(n)
+        sampling = self._sampling_s_per_logit * n_logits
+        forward = linear + attention + allreduce + sampling
+        stall = self.host.launch_stall_s(forward, graphed)
+        cpu = self.host.cpu_s(num_seqs, n_real, forward + stall, self.speculative, self.cpu_overlap)
+        return {
+            "fixed_s": cpu + stall,
+            "linear_s": linear,
+            "attention_s": attention,
+            "allreduce_s": allreduce,
+            "sampling_s": sampling,
+            "draft_s": np.zeros_like(n),
+        }
+
     def step_time(self, shape: StepShape) -> FloatArray:
         """The total duration of ``shape`` in seconds."""
         parts = self.breakdown(shape)
@@ -243,13 +318,21 @@ class StepCostModel:
         attention_pairs: ArrayLike,
         num_logit_tokens: ArrayLike,
     ) -> FloatArray:
-        """One forward pass without the engine's fixed overhead (used for draft models)."""
+        """One forward pass without the engine's fixed overhead (used for draft models), its
+        sampling of the draft tokens included."""
         del num_seqs
-        return (
+        forward = (
             self.linear_s(num_tokens, num_logit_tokens)
             + self.attention_s(kv_read_tokens, attention_pairs)
             + self.allreduce_s(num_tokens)
+            + self.sampling_s(num_logit_tokens)
         )
+        if self.host_costs.eager_launch_s_per_layer == 0:
+            return forward
+        # Outside the captured sizes the draft model's kernels are launched one by one.
+        n = np.asarray(num_tokens, dtype=np.float64)
+        graphed = self.host.graphed(num_logit_tokens, n, np.ones(n.shape, dtype=bool))
+        return forward + self.host.launch_stall_s(forward, graphed)
 
 
 def total_of(parts: dict[str, FloatArray]) -> FloatArray:

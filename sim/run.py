@@ -31,6 +31,7 @@ from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
 from sim.errors import ScenarioError
+from sim.host_costs import load_host_profile
 from sim.metrics import summarize
 from sim.profiles import EngineProfile, load_engine_profile
 from sim.random_streams import RandomStreams
@@ -60,6 +61,22 @@ def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> EnginePr
     """
     e = scenario.engine
     preset = get_preset(e.preset)
+    host = load_host_profile(preset.name)
+    # Host overheads fitted under load replace the preset's batch-1 values.
+    preset = replace(
+        preset,
+        step_overhead_s=(
+            preset.step_overhead_s if host.step_overhead_s is None else host.step_overhead_s
+        ),
+        per_sequence_overhead_s=host.costs.per_sequence_overhead_s,
+    )
+    if scenario.speculation.method != "none":
+        # What the engine itself changes for this method (e.g. SGLang's smaller batch cap).
+        _, imposed, _ = host.for_method(scenario.speculation.method)
+        if "max_num_seqs" in imposed:
+            preset = replace(preset, max_num_seqs=int(imposed["max_num_seqs"]))
+        if "chunked_prefill" in imposed:
+            preset = replace(preset, chunked_prefill=bool(imposed["chunked_prefill"]))
     if e.profile is not None:
         profile = load_engine_profile(e.profile, base_dir or Path.cwd())
         _check_profile_target(scenario, profile)
@@ -137,8 +154,13 @@ def build_simulation(
     Raise SpecsimError (ScenarioError, CatalogueError) if the scenario cannot run.
     """
     engine = resolve_engine(scenario, base_dir)
-    model = get_model(scenario.model)
     gpu = get_gpu(scenario.hardware.gpu)
+    precision = scenario.precision
+    if precision.weights == "fp8" and gpu.fp8_dense_flops is None:
+        raise ScenarioError(
+            f"precision.weights: {gpu.name} has no FP8 tensor cores; use bf16 on this GPU"
+        )
+    model = get_model(scenario.model).with_precision(precision.weights, precision.kv_cache)
     tp = scenario.hardware.num_gpus
     if model.spec.num_heads % tp != 0:
         raise ScenarioError(
@@ -151,6 +173,11 @@ def build_simulation(
     if scenario.engine.profile is not None:
         fitted = load_engine_profile(scenario.engine.profile, base_dir).efficiency
         efficiency = fitted if fitted is not None else efficiency
+    method = scenario.speculation.method
+    host_profile = load_host_profile(engine.name)
+    host = host_profile.costs if method == "none" else host_profile.for_method(method)[0]
+    if scenario.engine.per_layer_overhead_s is not None:
+        host = replace(host, per_layer_overhead_s=scenario.engine.per_layer_overhead_s)
     cost_model = StepCostModel(
         model,
         gpu,
@@ -158,6 +185,8 @@ def build_simulation(
         efficiency,
         engine.step_overhead_s,
         engine.per_sequence_overhead_s,
+        host=host,
+        speculative=method != "none",
     )
     strategy = build_strategy(
         scenario,

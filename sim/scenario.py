@@ -53,6 +53,19 @@ class HardwareConfig(BaseModel):
         return value
 
 
+class PrecisionConfig(BaseModel):
+    """Storage precision of the target's linear-layer weights and of its KV cache.
+
+    ``fp8`` weights: an FP8 checkpoint (vLLM ``--quantization fp8`` or an FP8 model): half the
+    bytes per step and the GPU's FP8 tensor throughput for the decoder's GEMMs; ``fp8`` KV cache
+    (vLLM ``--kv-cache-dtype fp8``): half the KV bytes read and twice the tokens per block pool.
+    """
+
+    model_config = _STRICT
+    weights: Literal["bf16", "fp8"] = "bf16"
+    kv_cache: Literal["bf16", "fp8"] = "bf16"
+
+
 class EngineConfig(BaseModel):
     """Engine preset and scheduling limits; unset limits take the preset's defaults."""
 
@@ -66,6 +79,7 @@ class EngineConfig(BaseModel):
     kv_rollback: Literal["in_place", "scratch"] | None = None
     step_overhead_s: float | None = Field(default=None, ge=0)
     per_sequence_overhead_s: float | None = Field(default=None, ge=0)
+    per_layer_overhead_s: float | None = Field(default=None, ge=0)
     profile: str | None = None
     fast_forward: bool = True
 
@@ -130,6 +144,7 @@ class Scenario(BaseModel):
     seed: int = Field(default=0, ge=0)
     hardware: HardwareConfig = HardwareConfig()
     model: str | ModelSpec = "llama-3.1-8b"
+    precision: PrecisionConfig = PrecisionConfig()
     engine: EngineConfig = EngineConfig()
     speculation: SpeculationConfig = SpeculationConfig()
     workload: WorkloadConfig = WorkloadConfig()

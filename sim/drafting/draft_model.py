@@ -121,7 +121,10 @@ def build_draft_model(ctx: BuildContext) -> DraftModelStrategy:
     if spec.tree is not None:
         raise ScenarioError("speculation.tree: a draft model proposes a chain; remove tree")
     base = ctx.cost_model
-    draft_cost = StepCostModel(draft, base.gpu, draft_tp, base.efficiency, 0.0, 0.0)
+    # The draft model runs in the verifier's engine: the same CUDA-graph capture and launch costs.
+    draft_cost = StepCostModel(
+        draft, base.gpu, draft_tp, base.efficiency, 0.0, 0.0, host=base.host_costs
+    )
     return DraftModelStrategy(
         Proposal.chain(spec.num_speculative_tokens),
         ctx.acceptance(),

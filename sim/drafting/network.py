@@ -8,7 +8,10 @@ the same per-operator-class rooflines as :class:`sim.cost_model.StepCostModel` (
 * linear layers ``smooth_max(w_bytes/(TP·η_bw·BW), 2·(P_body·N + P_head·N_logits)/(TP·η_fl·F))``
   plus the fitted per-GEMM floor for each GEMM kernel of the network;
 * attention ``max(Σn·kv_tok/(min(TP, n_kv)·η_bw·BW), 4·L·n_h·d_h·pairs/(TP·η_fl·F))``;
-* two all-reduces per layer under tensor parallelism (latency only: draft messages are tiny).
+* two all-reduces per layer under tensor parallelism (latency only: draft messages are tiny);
+* the draft's own sampling: every logit row is written and read in fp32 to pick the draft tokens
+  (argmax or top-k), a bandwidth-bound pass over ``N_logits · V_draft`` elements that grows with
+  the batch and with the nodes per level (:data:`sim.cost_model.SAMPLING_BYTES_PER_LOGIT`).
 
 Full draft models are catalogue models and use ``StepCostModel.forward_time`` instead.
 """
@@ -21,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import BF16_BYTES, Model
-from sim.cost_model import StepCostModel, smooth_max
+from sim.cost_model import SAMPLING_BYTES_PER_LOGIT, StepCostModel, smooth_max
 
 FloatArray = NDArray[np.float64]
 
@@ -100,6 +103,15 @@ class NetworkCost:
         self._kv_s_per_token = network.kv_bytes_per_token / self._kv_bw
         self._attention_s_per_pair = network.attention_flops_per_pair / self._flops
         self._fixed_s = self._floor_s + self._allreduce_s
+        # The verifier's engine runs draft forwards in CUDA graphs within its captured sizes and
+        # launches them eagerly above (sim.host_costs); a draft forward is a decode-shaped step.
+        self._host = cost_model.host
+        self._eager = cost_model.host_costs.eager_launch_s_per_layer > 0
+        # Logit rows are sampled on one GPU: V_draft = head_params / H elements per row.
+        vocab = network.head_params / cost_model.model.spec.hidden_size
+        self._sampling_s_per_logit = (
+            vocab * SAMPLING_BYTES_PER_LOGIT / (eff.bandwidth * gpu.hbm_bandwidth_bytes_per_s)
+        )
 
     def forward_s(
         self,
@@ -112,9 +124,13 @@ class NetworkCost:
         n = np.asarray(num_tokens, dtype=np.float64)
         n_logits = np.asarray(num_logit_tokens, dtype=np.float64)
         flop_s = self._flop_s_per_token * n + self._flop_s_per_logit * n_logits
-        linear = smooth_max(self._weight_s, flop_s, self._p)
+        linear = smooth_max(self._weight_s, flop_s, self._p) + self._sampling_s_per_logit * n_logits
         attention = np.maximum(
             self._kv_s_per_token * np.asarray(kv_read_tokens, dtype=np.float64),
             self._attention_s_per_pair * np.asarray(attention_pairs, dtype=np.float64),
         )
-        return np.asarray(linear + attention + self._fixed_s)
+        forward = np.asarray(linear + attention + self._fixed_s)
+        if not self._eager:
+            return forward
+        graphed = self._host.graphed(n_logits, n, np.ones(n.shape, dtype=bool))
+        return forward + self._host.launch_stall_s(forward, graphed, self.network.num_layers)

@@ -115,14 +115,3 @@ def test_target_tau_model_hits_its_target(proposal: Proposal) -> None:
 def test_target_tau_outside_range_names_the_key() -> None:
     with pytest.raises(ScenarioError, match="mean_acceptance_length"):
         TargetTauModel(4.5).plan(np.array([10]), Proposal.chain(3), np.random.default_rng(0))
-
-
-def test_ten_thousand_requests_plan_quickly() -> None:
-    import time
-
-    tokens = np.random.default_rng(0).integers(200, 400, 10_000)
-    model = PositionalAcceptanceModel([0.8, 0.7, 0.6])
-    model.plan(tokens, Proposal.chain(3), np.random.default_rng(0))
-    start = time.perf_counter()
-    model.plan(tokens, Proposal.chain(3), np.random.default_rng(1))
-    assert time.perf_counter() - start < 0.2
