@@ -58,7 +58,7 @@ AIC = (
     "aic-core/src/aiconfigurator_core/systems/silicon_sample.csv, row id {id}"
 )
 #: Hugging Face ids of the silicon rows and their catalogue names.
-AIC_MODELS = {"Qwen/Qwen3-32B": "qwen3-32b"}
+AIC_MODELS = {"Qwen/Qwen3-32B": "qwen3-32b", "meta-llama/Llama-3.1-70B": "llama-3.1-70b"}
 BLIS_TRAIN = (
     "inference-sim/training @ ed5c1d26900e, "
     "default_args/{exp}/results/{stage}_lifecycle_metrics.json"
@@ -74,6 +74,8 @@ BLIS_MODELS = {
     "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
     "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b",
     "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b",
+    "mistralai/Mistral-Nemo-Instruct-2407": "mistral-nemo-12b",
 }
 #: inference-perf's constant-rate load spaces arrivals evenly; the scenario schema has no
 #: deterministic process, so the rows use gamma gaps with a coefficient of variation of 0.01.
@@ -140,8 +142,8 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
         and r["mode"] == "agg"
         and r["backend"] == "vllm"
         and r["model_path"] == "Qwen/Qwen3-235B-A22B-FP8"
-        and (int(r["isl"]), int(r["osl"])) == (1024, 1024)
-    ][:4]
+        and (int(r["isl"]), int(r["osl"])) == (1000, 1000)
+    ]
     for row in kept + h200:
         concurrency = int(float(row["batch_size"]))
         tp = int(float(row["tp_size"]))

@@ -152,7 +152,8 @@ def run_points(
     """Predict the selected points (all shipped under-load points by default).
 
     ``regimes`` (names of :data:`REGIMES`, or ``all`` / ``under-load``), ``source_groups`` and
-    ``point_ids`` narrow the selection; ``batch-1`` adds the rows of ``sim/validate.py``.
+    ``point_ids`` narrow the selection; ``batch-1`` adds the rows of ``sim/validate.py`` when the
+    selection is not narrowed (no ``points``, ``source_groups`` or ``point_ids``).
 
     Raise SpecsimError for an unknown regime, and CalibrationError if the points file is bad.
     """
@@ -165,7 +166,7 @@ def run_points(
         ids = set(point_ids)
         chosen = [p for p in chosen if p.point_id in ids]
     results: list[ValidationResult] = []
-    if "batch-1" in wanted and source_groups is None and point_ids is None:
+    if "batch-1" in wanted and points is None and source_groups is None and point_ids is None:
         results.extend(batch1_results())
     runs = _Runs()
     for point in chosen:

@@ -67,20 +67,22 @@ def regime_of(point: ValidationPoint) -> str:
 
 
 def inexpressible_reason(point: ValidationPoint) -> str:
-    """Why the simulator cannot run ``point`` as measured, or ``""`` when it can."""
+    """Why the simulator cannot run ``point`` as measured, or ``""`` when it can: the reason
+    written with the point if any, else every reason found, joined by ``; ``."""
     if point.not_expressible:
         return point.not_expressible
+    reasons = []
     if point.gpu not in gpu_names():
-        return f"GPU {point.gpu!r} not in the catalogue"
+        reasons.append(f"GPU {point.gpu!r} not in the catalogue")
     if point.model not in model_names():
-        return f"model {point.model!r} not in the catalogue"
+        reasons.append(f"model {point.model!r} not in the catalogue")
     if point.precision not in EXPRESSIBLE_PRECISIONS:
-        return f"{point.precision.upper()} weights: the cost model prices 16-bit weights only"
+        reasons.append(f"{point.precision.upper()} weights: the cost model prices 16-bit weights")
     if point.method not in METHODS:
-        return f"speculation method {point.method!r} not modelled"
+        reasons.append(f"speculation method {point.method!r} not modelled")
     if not point.arrival or point.num_requests is None:
-        return "workload not stated by the source"
-    return ""
+        reasons.append("workload not stated by the source")
+    return "; ".join(reasons)
 
 
 def _arrival(point: ValidationPoint) -> dict[str, Any]:
