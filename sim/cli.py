@@ -175,18 +175,31 @@ def analyze(
 @user_errors
 def validate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    regime: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--regime",
+            help="Rows to run: batch-1 (default), batch, tp, moe, serving, speculation, "
+            "under-load (all but batch-1) or all; repeat to combine.",
+        ),
+    ] = None,
 ) -> None:
-    """Predicted vs measured for the published calibration points, with each row's error."""
-    from sim.validate import format_validation_table, validation_rows
+    """Predicted vs measured on public measurements: fitted and out-of-sample rows apart."""
+    from sim.validation import format_report, resolve_regimes, run_points
+    from sim.validation.checks import speedup_checks, tree_speedup_at
 
-    rows = validation_rows()
+    regimes = resolve_regimes(regime or ["batch-1"])
+    results = run_points(regimes=regimes)
+    checks = []
+    if "speculation" in regimes:
+        checks = [check.line() for check in speedup_checks(results, tree_speedup_at)]
     if as_json:
         records = [
-            {**dataclasses.asdict(row), "relative_error": row.relative_error} for row in rows
+            {**dataclasses.asdict(row), "relative_error": row.relative_error} for row in results
         ]
         typer.echo(json.dumps(records, indent=2))
     else:
-        typer.echo(format_validation_table(rows))
+        typer.echo(format_report(results, checks))
 
 
 def _register_commands() -> None:

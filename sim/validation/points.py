@@ -1,0 +1,160 @@
+"""The measured points of the under-load validation: one row of ``validation_points.csv`` each.
+
+Every point carries its setup (engine, model, GPU, TP degree, precision, speculation, workload),
+the measured value with its unit and statistic, its public source, and ``fitted_by``: the fit that
+used the point, or empty for a point no coefficient was fitted on (out of sample). The file is
+written by ``tools/build_validation_points.py`` from the public measurements it cites.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+
+from sim.errors import CalibrationError
+
+#: Quantities a point can measure, with the unit each must be given in.
+QUANTITY_UNITS = {"tpot_ms": "ms", "ttft_ms": "ms", "output_tok_s": "tok/s", "speedup": "x"}
+STATISTICS = ("mean", "p50", "ratio")
+ARRIVALS = ("closed_loop", "poisson", "constant", "trace")
+
+
+@dataclass(frozen=True)
+class ValidationPoint:
+    """One measured point and the setup it was measured in.
+
+    Count-like setup fields are ``None`` where the source does not state them; ``model`` and
+    ``gpu`` are catalogue names where the catalogue has them, else the source's own words.
+    """
+
+    point_id: str
+    source_group: str
+    engine: str
+    preset: str
+    model: str
+    gpu: str
+    num_gpus: int
+    precision: str
+    method: str
+    num_speculative_tokens: int | None
+    arrival: str
+    concurrency: int | None
+    rate_per_s: float | None
+    trace: str
+    prompt_tokens: int | None
+    output_tokens: int | None
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    dataset: str
+    num_requests: int | None
+    quantity: str
+    statistic: str
+    measured: float
+    unit: str
+    source: str
+    fitted_by: str
+    not_expressible: str
+    notes: str
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether a coefficient of the simulator was fitted on this point."""
+        return bool(self.fitted_by)
+
+
+_INT_FIELDS = {
+    "num_gpus",
+    "num_speculative_tokens",
+    "concurrency",
+    "prompt_tokens",
+    "output_tokens",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "num_requests",
+}
+_FLOAT_FIELDS = {"rate_per_s", "measured"}
+_REQUIRED = ("point_id", "source_group", "model", "gpu", "quantity", "measured", "unit", "source")
+
+
+def default_points_path() -> Path:
+    """The points file shipped with specsim."""
+    return Path(str(resources.files("sim") / "data" / "validation_points.csv"))
+
+
+def _parse(row: dict[str, str], where: str) -> ValidationPoint:
+    values: dict[str, object] = {}
+    for field in fields(ValidationPoint):
+        text = (row.get(field.name) or "").strip()
+        if field.name in _REQUIRED and not text:
+            raise CalibrationError(f"{where}: column {field.name} is empty")
+        if field.name in _INT_FIELDS or field.name in _FLOAT_FIELDS:
+            if not text:
+                if field.name in ("num_gpus", "measured"):
+                    raise CalibrationError(f"{where}: column {field.name} is empty")
+                values[field.name] = None
+                continue
+            try:
+                number = float(text)
+            except ValueError:
+                raise CalibrationError(
+                    f"{where}: column {field.name} must be a number, got {text!r}"
+                ) from None
+            if field.name in _INT_FIELDS:
+                if number != int(number) or number < 1:
+                    raise CalibrationError(
+                        f"{where}: column {field.name} must be a whole number >= 1, got {text!r}"
+                    )
+                values[field.name] = int(number)
+            else:
+                if not number > 0:
+                    raise CalibrationError(f"{where}: column {field.name} must be > 0, got {text}")
+                values[field.name] = number
+        else:
+            values[field.name] = text
+    point = ValidationPoint(**values)  # type: ignore[arg-type]
+    if point.quantity not in QUANTITY_UNITS:
+        raise CalibrationError(
+            f"{where}: quantity must be one of {sorted(QUANTITY_UNITS)}, got {point.quantity!r}"
+        )
+    if point.unit != QUANTITY_UNITS[point.quantity]:
+        raise CalibrationError(
+            f"{where}: {point.quantity} is given in {QUANTITY_UNITS[point.quantity]}, "
+            f"got unit {point.unit!r}"
+        )
+    if point.statistic not in STATISTICS:
+        raise CalibrationError(f"{where}: statistic must be one of {STATISTICS}")
+    if point.arrival and point.arrival not in ARRIVALS:
+        raise CalibrationError(f"{where}: arrival must be one of {ARRIVALS}, got {point.arrival!r}")
+    return point
+
+
+def load_points(path: Path | None = None) -> list[ValidationPoint]:
+    """Read and check every point of ``path`` (the shipped file by default).
+
+    Raise CalibrationError, naming the file and line, if a column is missing or empty where it
+    is required, a number does not parse, a quantity's unit is wrong, or a point id repeats.
+    """
+    path = path if path is not None else default_points_path()
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CalibrationError(f"{path}: cannot read the points file ({exc.strerror})") from None
+    reader = csv.DictReader(text.splitlines())
+    expected = [f.name for f in fields(ValidationPoint)]
+    missing = [name for name in expected if name not in (reader.fieldnames or [])]
+    if missing:
+        raise CalibrationError(f"{path}, line 1: missing columns {missing}")
+    points: list[ValidationPoint] = []
+    seen: dict[str, int] = {}
+    for line, row in enumerate(reader, start=2):
+        point = _parse(row, f"{path}, line {line}")
+        if point.point_id in seen:
+            raise CalibrationError(
+                f"{path}, line {line}: point_id {point.point_id!r} repeats line "
+                f"{seen[point.point_id]}"
+            )
+        seen[point.point_id] = line
+        points.append(point)
+    return points

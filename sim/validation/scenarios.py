@@ -1,0 +1,148 @@
+"""From a measured point to the scenario that reproduces it, or the reason it cannot be expressed.
+
+A point's setup becomes a scenario field by field: GPU and TP degree, the catalogue model, the
+engine preset and any scheduling limit the source states, the speculation method, and the workload
+as the source describes it (``concurrency`` → a closed loop of that many clients; a Poisson rate;
+inference-perf's constant rate → gamma gaps with a coefficient of variation of 0.01, since the
+schema has no deterministic process; a recorded trace replayed from ``sim/data/validation_traces``).
+A setup the simulator cannot express yet (FP8 weights, a model or GPU missing from the catalogue,
+a workload the source does not publish) is kept and named, never dropped.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from sim.catalogue import get_model, gpu_names, model_names
+from sim.scenario import METHODS, Scenario
+from sim.validation.points import ValidationPoint
+
+#: Weight precisions the cost model prices (two bytes per weight; fp16 and bf16 cost the same).
+EXPRESSIBLE_PRECISIONS = ("bf16", "fp16")
+#: Coefficient of variation of the gamma gaps that stand in for evenly spaced arrivals.
+CONSTANT_RATE_CV = 0.01
+#: Words that mark a mixture-of-experts model outside the catalogue (for grouping only).
+_MOE_WORDS = ("mixtral", "a22b", "a3b", "deepseek", "scout", "maverick", "gpt-oss", "minimax")
+
+#: Groups of rows, in the order the tables show them.
+REGIMES = ("batch-1", "batch", "tp", "moe", "serving", "speculation")
+REGIME_TITLES = {
+    "batch-1": "Batch 1, one GPU",
+    "batch": "Batch > 1, one GPU",
+    "tp": "Tensor parallel (TP > 1), dense",
+    "moe": "Mixture of experts",
+    "serving": "Serving path: TTFT",
+    "speculation": "Speculation under load",
+}
+
+
+def traces_dir() -> Path:
+    """The folder of the recorded arrival traces that trace points replay."""
+    return Path(str(resources.files("sim") / "data" / "validation_traces"))
+
+
+def is_moe(model: str) -> bool:
+    """Whether ``model`` is a mixture of experts: from the catalogue, else from its name."""
+    if model in model_names():
+        return get_model(model).spec.num_experts > 1
+    return any(word in model.lower() for word in _MOE_WORDS)
+
+
+def regime_of(point: ValidationPoint) -> str:
+    """The table a point belongs to: TTFT rows show the serving path; speculative rows, MoE
+    targets and TP > 1 follow in that order of precedence; the rest are batch > 1 on one GPU."""
+    if point.quantity == "ttft_ms":
+        return "serving"
+    if point.method != "none" or point.quantity == "speedup":
+        return "speculation"
+    if is_moe(point.model):
+        return "moe"
+    if point.num_gpus > 1:
+        return "tp"
+    return "batch"
+
+
+def inexpressible_reason(point: ValidationPoint) -> str:
+    """Why the simulator cannot run ``point`` as measured, or ``""`` when it can: the reason
+    written with the point if any, else every reason found, joined by ``; ``."""
+    if point.not_expressible:
+        return point.not_expressible
+    reasons = []
+    if point.gpu not in gpu_names():
+        reasons.append(f"GPU {point.gpu!r} not in the catalogue")
+    if point.model not in model_names():
+        reasons.append(f"model {point.model!r} not in the catalogue")
+    if point.precision not in EXPRESSIBLE_PRECISIONS:
+        reasons.append(f"{point.precision.upper()} weights: the cost model prices 16-bit weights")
+    if point.method not in METHODS:
+        reasons.append(f"speculation method {point.method!r} not modelled")
+    if not point.arrival or point.num_requests is None:
+        reasons.append("workload not stated by the source")
+    return "; ".join(reasons)
+
+
+def _arrival(point: ValidationPoint) -> dict[str, Any]:
+    if point.arrival == "closed_loop":
+        return {"process": "closed_loop", "concurrency": point.concurrency}
+    if point.arrival == "poisson":
+        return {"process": "poisson", "rate_per_s": point.rate_per_s}
+    if point.arrival == "constant":
+        return {"process": "gamma", "rate_per_s": point.rate_per_s, "cv": CONSTANT_RATE_CV}
+    return {"process": "trace", "path": point.trace}
+
+
+def build_scenario(point: ValidationPoint, method: str | None = None) -> Scenario:
+    """The scenario of ``point``; ``method="none"`` gives the baseline arm of a speedup point.
+
+    Raise ValueError if the point is not expressible (see :func:`inexpressible_reason`), and
+    pydantic's ValidationError if the schema rejects the setup.
+    """
+    reason = inexpressible_reason(point)
+    if reason:
+        raise ValueError(f"{point.point_id}: not expressible: {reason}")
+    method = point.method if method is None else method
+    speculation: dict[str, Any] = {"method": method}
+    if method != "none" and point.num_speculative_tokens is not None:
+        speculation["num_speculative_tokens"] = point.num_speculative_tokens
+    engine: dict[str, Any] = {"preset": point.preset}
+    if point.max_num_seqs is not None:
+        engine["max_num_seqs"] = point.max_num_seqs
+    if point.max_num_batched_tokens is not None:
+        engine["max_num_batched_tokens"] = point.max_num_batched_tokens
+    workload: dict[str, Any] = {
+        "num_requests": point.num_requests,
+        "arrival": _arrival(point),
+        "temperature": 0.0,
+        "dataset": point.dataset or None,
+    }
+    if point.arrival != "trace":
+        workload["prompt_tokens"] = {"distribution": "fixed", "value": point.prompt_tokens}
+        workload["output_tokens"] = {"distribution": "fixed", "value": point.output_tokens}
+    return Scenario.model_validate(
+        {
+            "name": f"validate-{point.point_id}-{method}",
+            "seed": 0,
+            "hardware": {"gpu": point.gpu, "num_gpus": point.num_gpus},
+            "model": point.model,
+            "engine": engine,
+            "speculation": speculation,
+            "workload": workload,
+        }
+    )
+
+
+def try_build(point: ValidationPoint, method: str | None = None) -> tuple[Scenario | None, str]:
+    """:func:`build_scenario`, with a rejection turned into a not-expressible reason."""
+    reason = inexpressible_reason(point)
+    if reason:
+        return None, reason
+    try:
+        return build_scenario(point, method), ""
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return None, f"scenario rejected: {where}: {first['msg']}"

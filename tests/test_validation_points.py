@@ -1,0 +1,102 @@
+"""The shipped measured points: every one parses, has a source and the unit of its quantity, and
+matches the public data it was transcribed from."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+from pathlib import Path
+
+import pytest
+
+from sim.errors import CalibrationError
+from sim.validation.points import QUANTITY_UNITS, default_points_path, load_points
+from sim.validation.scenarios import REGIMES, regime_of, traces_dir
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT / ".." / "shared" / "data"
+
+
+def test_every_point_has_a_source_a_unit_and_a_positive_value() -> None:
+    points = load_points()
+    assert len(points) >= 200
+    for point in points:
+        assert point.source.strip(), point.point_id
+        assert point.unit == QUANTITY_UNITS[point.quantity], point.point_id
+        assert point.measured > 0, point.point_id
+        assert point.source_group, point.point_id
+
+
+def test_every_regime_but_batch1_has_points() -> None:
+    regimes = {regime_of(p) for p in load_points()}
+    assert regimes == set(REGIMES) - {"batch-1"}
+
+
+def test_trace_points_name_a_shipped_trace() -> None:
+    for point in load_points():
+        if point.arrival == "trace":
+            assert (traces_dir() / point.trace).is_file(), point.point_id
+
+
+def _rewrite(tmp_path: Path, change: dict[str, str], line: int = 0) -> Path:
+    rows = list(csv.DictReader(default_points_path().read_text().splitlines()))
+    rows[line].update(change)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    path = tmp_path / "points.csv"
+    path.write_text(buffer.getvalue())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"source": ""}, "column source is empty"),
+        ({"unit": ""}, "column unit is empty"),
+        ({"unit": "s"}, "got unit 's'"),
+        ({"measured": "fast"}, "column measured must be a number"),
+        ({"measured": "-3"}, "column measured must be > 0"),
+        ({"num_gpus": "1.5"}, "column num_gpus must be a whole number"),
+        ({"quantity": "latency"}, "quantity must be one of"),
+        ({"arrival": "burst"}, "arrival must be one of"),
+    ],
+)
+def test_a_bad_row_names_the_file_and_line(
+    tmp_path: Path, change: dict[str, str], message: str
+) -> None:
+    path = _rewrite(tmp_path, change, line=3)
+    with pytest.raises(CalibrationError, match=rf"points\.csv, line 5: .*{message}"):
+        load_points(path)
+
+
+def test_a_repeated_point_id_is_refused(tmp_path: Path) -> None:
+    first = load_points()[0].point_id
+    path = _rewrite(tmp_path, {"point_id": first}, line=1)
+    with pytest.raises(CalibrationError, match=r"line 3: point_id .* repeats line 2"):
+        load_points(path)
+
+
+def test_a_missing_file_is_one_message(tmp_path: Path) -> None:
+    with pytest.raises(CalibrationError, match="cannot read the points file"):
+        load_points(tmp_path / "absent.csv")
+
+
+def test_shipped_points_are_the_transcription_of_the_public_data() -> None:
+    """Rebuilding the file from the public data gives the shipped file, value for value."""
+    if not (SHARED_DATA / "under-load").is_dir():
+        pytest.skip("the public-data folder is not beside the repository")
+    spec = importlib.util.spec_from_file_location(
+        "build_validation_points", REPO_ROOT / "tools" / "build_validation_points.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rebuilt = module.build(SHARED_DATA)
+    shipped = list(csv.DictReader(default_points_path().read_text().splitlines()))
+    assert [r["point_id"] for r in rebuilt] == [r["point_id"] for r in shipped]
+    for fresh, kept in zip(rebuilt, shipped, strict=True):
+        assert float(fresh["measured"]) == pytest.approx(float(kept["measured"]), rel=1e-6)
+        assert str(fresh["source"]) == kept["source"]

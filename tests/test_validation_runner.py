@@ -1,0 +1,82 @@
+"""Each expressible point becomes a valid scenario of its setup; the rest say why not; the
+fitted/out-of-sample split follows ``fitted_by`` and nothing else."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sim.catalogue import model_names
+from sim.errors import SpecsimError
+from sim.validation import (
+    build_scenario,
+    inexpressible_reason,
+    load_points,
+    resolve_regimes,
+    run_points,
+)
+from sim.validation.scenarios import CONSTANT_RATE_CV
+
+
+def test_every_expressible_point_builds_a_scenario_of_its_setup() -> None:
+    built = 0
+    for point in load_points():
+        if inexpressible_reason(point):
+            continue
+        scenario = build_scenario(point)
+        built += 1
+        assert scenario.hardware.num_gpus == point.num_gpus
+        assert scenario.hardware.gpu == point.gpu
+        assert scenario.model == point.model
+        assert scenario.speculation.method == point.method
+        assert scenario.workload.num_requests == point.num_requests
+        arrival = scenario.workload.arrival
+        if point.arrival == "closed_loop":
+            assert arrival.concurrency == point.concurrency  # type: ignore[union-attr]
+        elif point.arrival == "constant":
+            assert arrival.rate_per_s == point.rate_per_s  # type: ignore[union-attr]
+            assert arrival.cv == CONSTANT_RATE_CV  # type: ignore[union-attr]
+        if point.quantity == "speedup":
+            assert build_scenario(point, method="none").speculation.method == "none"
+    assert built >= 150
+
+
+def test_inexpressible_points_give_their_reason() -> None:
+    for point in load_points():
+        reason = inexpressible_reason(point)
+        if point.precision == "fp8":
+            assert reason
+        if point.model not in model_names():
+            assert reason
+        if reason:
+            with pytest.raises(ValueError, match="not expressible"):
+                build_scenario(point)
+
+
+def test_fitted_split_is_exactly_the_fitted_by_column() -> None:
+    points = [p for p in load_points() if p.source_group == "llmservingsim-ispass"]
+    marked = {points[0].point_id}
+    points = [
+        dataclasses.replace(p, fitted_by="a test fit") if p.point_id in marked else p
+        for p in points
+    ]
+    results = run_points(points)
+    assert {r.point_id for r in results if r.is_fitted} == marked
+    assert all(r.predicted is not None for r in results)
+    assert {r.point_id for r in results} == {p.point_id for p in points}
+
+
+def test_a_group_runs_alone_and_batch1_only_when_asked() -> None:
+    results = run_points(regimes=["moe"])
+    assert results and {r.regime for r in results} == {"moe"}
+    assert resolve_regimes(["under-load"]) == ("batch", "tp", "moe", "serving", "speculation")
+    with pytest.raises(SpecsimError, match="unknown regime 'fast'"):
+        resolve_regimes(["fast"])
+
+
+def test_identical_runs_give_identical_predictions() -> None:
+    ids = [p.point_id for p in load_points() if p.source_group == "llmservingsim-ispass"]
+    first = run_points(point_ids=ids)
+    second = run_points(point_ids=ids)
+    assert [r.predicted for r in first] == [r.predicted for r in second]
