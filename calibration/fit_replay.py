@@ -140,7 +140,9 @@ def simulate(
     try:
         result = run_scenario(validate_document(document, f"replay of {run.path}"), Path.cwd())
     except SpecsimError as exc:
-        raise CalibrationError(f"{run.path}: cannot replay the run: {exc}") from None
+        from calibration.fit_simulation import as_flags
+
+        raise CalibrationError(f"{run.path}: cannot replay the run: {as_flags(str(exc))}") from None
     r = result.requests
     ttft = r["first_token_at_s"] - r["arrival_at_s"]
     output = r["output_tokens"].astype(np.float64)
