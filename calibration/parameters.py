@@ -48,6 +48,9 @@ class FitParameter:
 
 #: The declared table. Bounds: overheads from 0 to well above any measured engine (vLLM V1 step
 #: overhead about 1.4 ms at batch 1, engine preset); efficiencies are fractions of peak in (0, 1].
+#: ``scale`` is the parameter's typical magnitude (tens of µs per sequence, a few per token, a
+#: ms per step, a few points of efficiency): the unit of the optimiser and of the
+#: identifiability check, not a value used by the model.
 PARAMETERS: tuple[FitParameter, ...] = (
     FitParameter(
         "step_overhead_s",
@@ -63,7 +66,7 @@ PARAMETERS: tuple[FitParameter, ...] = (
         "s per scheduled sequence per step",
         0.0,
         2e-3,
-        2e-5,
+        5e-5,
         "engine.per_sequence_overhead_s",
         "CPU time per sequence in the step's batch",
     ),

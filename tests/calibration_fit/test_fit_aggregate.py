@@ -1,0 +1,174 @@
+"""Fit by simulation from aggregate-only benchmark results: synthetic round trips with known
+parameters, identifiability, bounds, intervals and the refusals of bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calibration.calibrate import calibrate
+from calibration.parameters import PARAMETERS, available_parameters
+from sim.errors import CalibrationError
+from tests.calibration_fit.aggregate_files import (
+    GPU,
+    MODEL,
+    bench_result,
+    truth_document,
+    write_result,
+)
+
+TRUTH = {"step_overhead_s": 0.003, "per_sequence_overhead_s": 6e-5}
+
+
+def _sweep(tmp_path: Path, concurrencies: tuple[int, ...], num_requests: int = 24) -> list[Path]:
+    paths = []
+    for concurrency in concurrencies:
+        document = truth_document(num_requests, concurrency, None, TRUTH)
+        result = bench_result(document, concurrency)
+        paths.append(write_result(tmp_path / f"c{concurrency}.json", result))
+    return paths
+
+
+def _engine(paths: list[Path], **options: object) -> dict:
+    result = calibrate(paths, gpu=GPU, model=MODEL, tp=1, **options)  # type: ignore[arg-type]
+    engine = result.document["engine"]
+    assert engine is not None
+    return engine
+
+
+def test_a_concurrency_sweep_recovers_both_overheads_within_their_intervals(
+    tmp_path: Path,
+) -> None:
+    paths = _sweep(tmp_path, (1, 16))
+    engine = _engine(paths, parameters=["step_overhead_s", "per_sequence_overhead_s"])
+    table = engine["parameters"]
+    for name, truth in TRUTH.items():
+        row = table[name]
+        assert row["status"] == "fitted", row
+        low, high = row["ci95"]
+        assert low <= truth <= high, (name, row)
+        assert low <= row["value"] <= high
+    assert set(engine["fitted_on"]) == {str(p) for p in paths}
+
+
+def test_one_concurrency_cannot_separate_per_sequence_from_per_step_cost(tmp_path: Path) -> None:
+    # At concurrency 1 every step holds one sequence: s + b·1 is all the data can see.
+    paths = _sweep(tmp_path, (1,), num_requests=6)
+    result = calibrate(
+        paths, gpu=GPU, model=MODEL, tp=1, parameters=["step_overhead_s", "per_sequence_overhead_s"]
+    )
+    table = result.document["engine"]["parameters"]
+    assert table["step_overhead_s"]["status"] == "fitted"
+    assert table["per_sequence_overhead_s"]["status"] == "fixed"
+    assert "cannot separate" in table["per_sequence_overhead_s"]["reason"]
+    assert any("per_sequence_overhead_s fixed" in w for w in result.document["warnings"])
+    low, high = table["step_overhead_s"]["ci95"]
+    assert low <= TRUTH["step_overhead_s"] + TRUTH["per_sequence_overhead_s"] <= high
+
+
+@pytest.mark.parametrize("num_requests", [1, 3])
+def test_every_interval_contains_its_estimate_even_for_one_request(
+    tmp_path: Path, num_requests: int
+) -> None:
+    paths = _sweep(tmp_path, (1,), num_requests=num_requests)
+    engine = _engine(paths)
+    fitted = {k: v for k, v in engine["parameters"].items() if v["status"] == "fitted"}
+    assert fitted
+    for name, row in fitted.items():
+        low, high = row["ci95"]
+        assert low <= row["value"] <= high, (name, row)
+        assert engine["ci95"][name] == row["ci95"]
+
+
+def test_a_fit_that_ends_on_a_bound_says_so(tmp_path: Path) -> None:
+    # A TPOT below what the GPU can do at zero overhead drives the step overhead to its floor.
+    document = truth_document(4, 1, None, {"step_overhead_s": 0.0})
+    result = bench_result(document, 1)
+    for key in ("mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "median_itl_ms"):
+        result[key] *= 0.6
+    path = write_result(tmp_path / "fast.json", result)
+    fitted = calibrate([path], gpu=GPU, model=MODEL, tp=1, parameters=["step_overhead_s"])
+    warnings = fitted.document["warnings"]
+    assert any("step_overhead_s ended on its lower bound" in w for w in warnings), warnings
+    assert fitted.document["engine"]["parameters"]["step_overhead_s"]["value"] == pytest.approx(0.0)
+
+
+def test_the_profile_records_the_efficiency_override_when_an_efficiency_is_fitted(
+    tmp_path: Path,
+) -> None:
+    paths = _sweep(tmp_path, (1,), num_requests=4)
+    engine = _engine(paths, parameters=["bandwidth"])
+    row = engine["parameters"]["bandwidth"]
+    assert row["status"] == "fitted"
+    assert engine["efficiency"]["bandwidth"] == row["value"]
+    assert set(engine["efficiency"]) == {"bandwidth", "flops", "roofline_p", "gemm_floor_s"}
+
+
+def test_the_parameter_table_declares_every_row_and_offers_only_known_targets() -> None:
+    names = [p.name for p in PARAMETERS]
+    assert names[:2] == ["step_overhead_s", "per_sequence_overhead_s"]
+    assert {"bandwidth", "flops", "per_token_overhead_s"} <= set(names)
+    for parameter in PARAMETERS:
+        assert parameter.lower < parameter.upper and parameter.scale > 0
+    offered = {p.name for p in available_parameters()}
+    assert {"step_overhead_s", "per_sequence_overhead_s", "bandwidth", "flops"} <= offered
+    with pytest.raises(CalibrationError, match="unknown parameter"):
+        available_parameters(["warp_speed"])
+
+
+def test_an_aggregate_with_nothing_to_fit_against_is_refused_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    path = write_result(
+        tmp_path / "empty.json",
+        {"model_id": "m", "num_prompts": 5, "request_rate": 2.0, "completed": 5, "duration": 3.0},
+    )
+    with pytest.raises(CalibrationError, match="nothing to fit") as info:
+        calibrate([path], gpu=GPU, model=MODEL, tp=1)
+    assert str(path) in str(info.value)
+
+
+def test_runs_of_different_models_are_never_pooled(tmp_path: Path) -> None:
+    first, second = _sweep(tmp_path, (1, 2), num_requests=2)
+    other = json.loads(second.read_text())
+    other["model_id"] = "Qwen/Qwen3-8B"
+    write_result(second, other)
+    with pytest.raises(CalibrationError, match="model") as info:
+        calibrate([first, second], gpu=GPU, model=MODEL, tp=1)
+    assert str(second) in str(info.value) and str(first) in str(info.value)
+
+
+def test_a_run_of_another_model_than_the_flag_is_refused(tmp_path: Path) -> None:
+    (path,) = _sweep(tmp_path, (1,), num_requests=2)
+    with pytest.raises(CalibrationError, match="--model"):
+        calibrate([path], gpu=GPU, model="qwen3-8b", tp=1)
+
+
+def test_a_report_without_rate_or_concurrency_is_rejected_with_the_reason(tmp_path: Path) -> None:
+    path = tmp_path / "stdout.txt"
+    path.write_text(
+        "============ Serving Benchmark Result ============\n"
+        "Successful requests:                     16\n"
+        "Benchmark duration (s):                  38.06\n"
+        "Total input tokens:                      3200\n"
+        "Total generated tokens:                  960\n"
+        "Mean TTFT (ms):                          30.66\n"
+        "Mean TPOT (ms):                          9.10\n"
+        "==================================================\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(CalibrationError, match="neither the request rate nor the maximum") as info:
+        calibrate([path], gpu=GPU, model=MODEL, tp=1)
+    assert str(path) in str(info.value)
+
+
+def test_a_model_that_does_not_fit_names_the_tp_flag(tmp_path: Path) -> None:
+    (path,) = _sweep(tmp_path, (1,), num_requests=1)
+    result = json.loads(path.read_text())
+    result["model_id"] = "meta-llama/Llama-3.1-70B-Instruct"
+    write_result(path, result)
+    with pytest.raises(CalibrationError, match="raise --tp"):
+        calibrate([path], gpu=GPU, model="llama-3.1-70b", tp=1)
+
