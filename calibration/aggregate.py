@@ -89,7 +89,9 @@ def _mean_lengths(artifact: ParsedArtifact, label: str) -> tuple[float, float, f
     )
 
 
-def _arrival(artifact: ParsedArtifact, label: str, num_requests: int) -> tuple[dict[str, Any], list[str]]:
+def _arrival(
+    artifact: ParsedArtifact, label: str, num_requests: int
+) -> tuple[dict[str, Any], list[str]]:
     meta = artifact.metadata
     notes: list[str] = []
     rate = meta.request_rate_per_s
@@ -147,7 +149,7 @@ def aggregate_experiment(
             f"{label}: cannot rebuild the run: {total:g} requests, mean prompt {prompt:.4g} and "
             f"output {output:.4g} tokens"
         )
-    num_requests = int(round(total))
+    num_requests = round(total)
     simulated = min(num_requests, MAX_SIMULATED_REQUESTS)
     arrival, notes = _arrival(artifact, label, simulated)
     if simulated < num_requests:
@@ -184,9 +186,7 @@ def aggregate_experiment(
     return Experiment(label, document, measured, tuple(notes), reported)
 
 
-def check_same_node(
-    targets: Sequence[tuple[str, ParsedArtifact]], resolve_model: Any
-) -> None:
+def check_same_node(targets: Sequence[tuple[str, ParsedArtifact]], resolve_model: Any) -> None:
     """Refuse to pool runs that state different models, GPUs or TP degrees.
 
     ``resolve_model`` maps a recorded model id to its catalogue name (or None).

@@ -37,8 +37,8 @@ from calibration.aggregate import aggregate_experiment, check_same_node, is_aggr
 from calibration.check import check_run
 from calibration.fit_acceptance import AcceptanceFit, fit_counters, fit_traces
 from calibration.fit_replay import ReplayFit, fit_overheads, read_measured_run
-from calibration.fit_step_cost import fit_steps
 from calibration.fit_simulation import Experiment, fit_by_simulation
+from calibration.fit_step_cost import fit_steps
 from calibration.parameters import available_parameters
 from calibration.parsers import detect_kind, parse_prometheus_scrapes, parse_runs
 from calibration.profile import (
@@ -237,8 +237,10 @@ def calibrate(
                     step_fit = fit_steps(artifact.steps, *target)
                     engine = step_engine_section(step_fit, *target, run_label)
                     used.append("engine:steps")
-            elif artifact.requests is not None and artifact.kind in _REPLAYABLE and not (
-                is_aggregate_only(artifact)
+            elif (
+                artifact.requests is not None
+                and artifact.kind in _REPLAYABLE
+                and not (is_aggregate_only(artifact))
             ):
                 if engine is not None:
                     reasons.append("the engine was already fitted on an earlier input")
@@ -331,4 +333,3 @@ def _fit_aggregates(
     fit = fit_by_simulation(experiments, list(candidates), *target)
     warnings.extend(fit.warnings)
     return simulation_engine_section(fit, *target, [e.label for e in experiments])
-

@@ -248,16 +248,16 @@ def fit_by_simulation(
     names = [(i, s) for i, e in enumerate(experiments) for s in sorted(e.measured)]
     if not names:
         labels = ", ".join(e.label for e in experiments) or "no input"
-        raise CalibrationError(f"{labels}: no statistic to fit against (TTFT, TPOT, ITL, throughput)")
+        raise CalibrationError(
+            f"{labels}: no statistic to fit against (TTFT, TPOT, ITL, throughput)"
+        )
     shipped = shipped_values(parameters, gpu, preset)
     measured = np.array([experiments[i].measured[s] for i, s in names])
     say = progress or (lambda _text: None)
     with tempfile.TemporaryDirectory(prefix="specsim-fit-") as tmp:
         evaluator = _Evaluator(experiments, gpu, model, tp, Path(tmp))
         base = evaluator.run(shipped)
-        sigma = np.array(
-            [sampling_sigma(base[i], [s])[s] for i, s in names]
-        )
+        sigma = np.array([sampling_sigma(base[i], [s])[s] for i, s in names])
 
         def simulated(values: dict[str, float]) -> np.ndarray:
             results = evaluator.run(values)
@@ -314,6 +314,10 @@ def fit_by_simulation(
             max_nfev=MAX_ITERATIONS,
         )
         best = to_values(np.asarray(result.x))
+        for p in free:  # a value within the tolerance of a bound is on it
+            for bound in (p.lower, p.upper):
+                if abs(best[p.name] - bound) <= BOUND_TOLERANCE * (p.upper - p.lower):
+                    best[p.name] = bound
         r_best = residuals(best)
         j_best = jacobian(best, free)
         results = evaluator.run(best)

@@ -153,7 +153,9 @@ def shipped_values(
 def efficiency_override(gpu: str, values: Mapping[str, float]) -> dict[str, float] | None:
     """The profile's ``efficiency`` section for ``values`` (all four fields, the unfitted ones at
     the GPU's shipped values), or None when no efficiency parameter is in ``values``."""
-    fields = {p.key: values[p.name] for p in PARAMETERS if p.section == "efficiency" and p.name in values}
+    fields = {
+        p.key: values[p.name] for p in PARAMETERS if p.section == "efficiency" and p.name in values
+    }
     if not fields:
         return None
     shipped = load_efficiency(gpu)
@@ -162,4 +164,8 @@ def efficiency_override(gpu: str, values: Mapping[str, float]) -> dict[str, floa
 
 def engine_settings(values: Mapping[str, float]) -> dict[str, float]:
     """The scenario ``engine`` keys for the engine parameters in ``values``."""
-    return {p.key: float(values[p.name]) for p in PARAMETERS if p.section == "engine" and p.name in values}
+    return {
+        p.key: float(values[p.name])
+        for p in PARAMETERS
+        if p.section == "engine" and p.name in values
+    }

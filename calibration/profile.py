@@ -131,9 +131,13 @@ def simulation_engine_section(
         "model": model,
         "tensor_parallel_size": tp,
         "preset": "vllm-v1",
-        "step_overhead_s": _rounded(fit.values.get("step_overhead_s", fit.shipped.get("step_overhead_s", 0.0))),
+        "step_overhead_s": _rounded(
+            fit.values.get("step_overhead_s", fit.shipped.get("step_overhead_s", 0.0))
+        ),
         "per_sequence_overhead_s": _rounded(
-            fit.values.get("per_sequence_overhead_s", fit.shipped.get("per_sequence_overhead_s", 0.0))
+            fit.values.get(
+                "per_sequence_overhead_s", fit.shipped.get("per_sequence_overhead_s", 0.0)
+            )
         ),
     }
     for name in ("per_token_overhead_s",):

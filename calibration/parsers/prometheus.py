@@ -15,6 +15,7 @@ differences mean anything.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -158,7 +159,7 @@ def parse_prometheus_scrapes(
 
 
 def _check_non_decreasing(owned: Sequence[tuple[Source, Scrape]]) -> None:
-    for (before_source, before), (source, after) in zip(owned, owned[1:], strict=False):
+    for (before_source, before), (source, after) in itertools.pairwise(owned):
         for key, value in after.values.items():
             name, labels = key
             if not name.endswith("_total") or key not in before.values:

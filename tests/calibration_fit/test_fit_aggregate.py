@@ -7,8 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
 
 from calibration.calibrate import calibrate
+from calibration.commands import register
 from calibration.parameters import PARAMETERS, available_parameters
 from sim.errors import CalibrationError
 from tests.calibration_fit.aggregate_files import (
@@ -172,3 +176,37 @@ def test_a_model_that_does_not_fit_names_the_tp_flag(tmp_path: Path) -> None:
     with pytest.raises(CalibrationError, match="raise --tp"):
         calibrate([path], gpu=GPU, model="llama-3.1-70b", tp=1)
 
+
+def _cli() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+
+    @app.callback()
+    def main() -> None:
+        """Group, so that calibrate is a subcommand."""
+
+    return app
+
+
+def test_the_command_records_its_full_command_line_and_prints_the_fit(tmp_path: Path) -> None:
+    (path,) = _sweep(tmp_path, (2,), num_requests=3)
+    out = tmp_path / "profile.yaml"
+    args = ["calibrate", str(path), "--out", str(out), "--gpu", GPU, "--model", MODEL, "--tp", "1"]
+    ok = CliRunner().invoke(_cli(), args)
+    assert ok.exit_code == 0, ok.output
+    assert "step_overhead_s" in ok.output and "tpot_mean" in ok.output
+    profile = yaml.safe_load(out.read_text())
+    command = profile["provenance"]["command"]
+    assert command == f"specsim calibrate {path} --out {out} --gpu={GPU} --model={MODEL} --tp=1"
+    assert profile["warnings"]
+    for warning in profile["warnings"]:
+        assert f"warning: {warning}" in ok.output
+
+
+def test_bad_aggregate_input_exits_2_with_one_message_naming_the_file(tmp_path: Path) -> None:
+    path = write_result(tmp_path / "empty.json", {"model_id": "m", "completed": 0, "duration": 1})
+    out = tmp_path / "profile.yaml"
+    bad = CliRunner().invoke(_cli(), ["calibrate", str(path), "--out", str(out), "--gpu", GPU])
+    assert bad.exit_code == 2, bad.output
+    assert str(path) in " ".join(bad.output.split()) and "Traceback" not in bad.output
+    assert not out.exists()
