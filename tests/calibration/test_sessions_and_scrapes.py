@@ -175,3 +175,38 @@ def test_damaged_multi_session_logs_parse_or_fail_cleanly(data: st.DataObject) -
         with contextlib.suppress(CalibrationError):
             runs = parse_runs(path, "vllm_log")
             assert runs
+
+
+_CONSOLE = """Traffic request rate: inf
+Burstiness factor: 1.0 (Poisson process)
+Maximum request concurrency: 4
+============ Serving Benchmark Result ============
+Successful requests:                     16
+Maximum request concurrency:             4
+Total input tokens:                      3200
+Total generated tokens:                  960
+Mean TPOT (ms):                          9.10
+==================================================
+Traffic request rate: 2.0 RPS.
+Burstiness factor: 0.5 (Gamma distribution)
+Maximum request concurrency: None
+============ Serving Benchmark Result ============
+Successful requests:                     16
+Total input tokens:                      3200
+Total generated tokens:                  960
+Mean TTFT (ms):                          20.66
+==================================================
+"""
+
+
+def test_the_console_prelude_says_how_to_rebuild_each_reports_arrivals(tmp_path: Path) -> None:
+    path = tmp_path / "stdout.txt"
+    path.write_text(_CONSOLE, encoding="utf-8")
+    closed, gamma = (
+        aggregate_experiment(run, str(path), "h100-sxm", "llama-3.1-8b", 1).document["workload"]
+        for run in parse_runs(path)
+    )
+    assert closed["arrival"] == {"process": "closed_loop", "concurrency": 4}
+    assert gamma["arrival"] == pytest.approx({"process": "gamma", "rate_per_s": 2.0, "cv": 2**0.5})
+    assert closed["prompt_tokens"] == {"distribution": "fixed", "value": 200}
+    assert closed["output_tokens"] == {"distribution": "fixed", "value": 60}

@@ -210,3 +210,14 @@ def test_bad_aggregate_input_exits_2_with_one_message_naming_the_file(tmp_path: 
     assert bad.exit_code == 2, bad.output
     assert str(path) in " ".join(bad.output.split()) and "Traceback" not in bad.output
     assert not out.exists()
+
+
+def test_a_fit_the_data_cannot_identify_is_refused_with_the_reason(tmp_path: Path) -> None:
+    # Decode at batch 1 is memory-bound: TPOT alone says nothing about tensor throughput.
+    result = bench_result(truth_document(3, 1, None, {}, prompt_tokens=8), 1)
+    for key in [k for k in result if "ttft" in k]:
+        del result[key]
+    path = write_result(tmp_path / "decode-only.json", result)
+    with pytest.raises(CalibrationError, match="identify none of flops") as info:
+        calibrate([path], gpu=GPU, model=MODEL, tp=1, parameters=["flops"])
+    assert str(path) in str(info.value)
