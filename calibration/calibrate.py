@@ -230,6 +230,11 @@ def calibrate(
                     acceptance[_unique(key, acceptance)] = fit
                     used.append(f"acceptance:{fit.method}")
             target = _target(artifact, gpu, model, tp)
+            if artifact.steps is not None and engine is not None:
+                warnings.append(
+                    f"{run_label}: per-step timings not used: the engine was already fitted on "
+                    f"{engine.get('fitted_on')}"
+                )
             if artifact.steps is not None and engine is None:
                 if isinstance(target, str):
                     reasons.append(target)
@@ -309,11 +314,18 @@ def _fit_aggregates(
         return engine
     check_same_node(aggregates, catalogue_model)
     for label, artifact in aggregates:
-        stated = catalogue_model(artifact.metadata.model)
+        meta = artifact.metadata
+        stated = catalogue_model(meta.model)
         if model is not None and stated is not None and stated != model:
             raise CalibrationError(
-                f"{label}: the run served {artifact.metadata.model!r} ({stated}), not --model "
+                f"{label}: the run served {meta.model!r} ({stated}), not --model "
                 f"{model}; calibrate each model on its own runs"
+            )
+        if gpu is not None and meta.gpu in gpu_names() and meta.gpu != gpu:
+            raise CalibrationError(f"{label}: the run states GPU {meta.gpu!r}, not --gpu {gpu}")
+        if tp is not None and meta.tensor_parallel_size not in (None, tp):
+            raise CalibrationError(
+                f"{label}: the run states TP {meta.tensor_parallel_size}, not --tp {tp}"
             )
     target = _target(aggregates[0][1], gpu, model, tp)
     if isinstance(target, str):

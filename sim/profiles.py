@@ -2,8 +2,11 @@
 
 A profile is a YAML file with ``provenance`` (inputs and their SHA-256, engine version, method,
 date), an optional ``engine`` section (the fitted per-step and per-sequence overheads, optionally an
-``efficiency`` override of the GPU's four cost-model fractions) and an optional ``acceptance``
-section (one fitted law per drafting method). Scenarios name a profile by path (``*.yaml``,
+``efficiency`` override of the GPU's four cost-model fractions; a fit by simulation adds its
+``parameters`` table, each row fitted with its interval or fixed with the reason) and an optional
+``acceptance`` section (one fitted law per drafting method). A top-level ``warnings`` list, when
+present, says what the fit could not do (a parameter fixed or ended on a bound, an approximation of
+the rebuilt run); it is for the reader and changes nothing here. Scenarios name a profile by path (``*.yaml``,
 relative to the scenario file) or by the name of a profile shipped in ``calibration/profiles/``:
 ``engine.profile`` takes the engine values, ``speculation.acceptance.profile`` the acceptance law.
 """

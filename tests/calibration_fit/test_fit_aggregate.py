@@ -221,3 +221,12 @@ def test_a_fit_the_data_cannot_identify_is_refused_with_the_reason(tmp_path: Pat
     with pytest.raises(CalibrationError, match="identify none of flops") as info:
         calibrate([path], gpu=GPU, model=MODEL, tp=1, parameters=["flops"])
     assert str(path) in str(info.value)
+
+
+def test_a_run_that_states_another_tp_than_the_flag_is_refused(tmp_path: Path) -> None:
+    (path,) = _sweep(tmp_path, (1,), num_requests=2)
+    result = json.loads(path.read_text())
+    result["tp"] = "2"  # a --metadata tp=2 pair, saved verbatim as a string
+    write_result(path, result)
+    with pytest.raises(CalibrationError, match="--tp 1"):
+        calibrate([path], gpu=GPU, model=MODEL, tp=1)
