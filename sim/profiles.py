@@ -6,8 +6,9 @@ date), an optional ``engine`` section (the fitted per-step and per-sequence over
 ``parameters`` table, each row fitted with its interval or fixed with the reason) and an optional
 ``acceptance`` section (one fitted law per drafting method). A top-level ``warnings`` list, when
 present, says what the fit could not do (a parameter fixed or ended on a bound, an approximation of
-the rebuilt run); it is for the reader and changes nothing here. Scenarios name a profile by path (``*.yaml``,
-relative to the scenario file) or by the name of a profile shipped in ``calibration/profiles/``:
+the rebuilt run); it is for the reader and changes nothing here. Scenarios name a profile by path
+(``*.yaml``, relative to the scenario file) or by the name of a profile shipped in
+``calibration/profiles/``:
 ``engine.profile`` takes the engine values, ``speculation.acceptance.profile`` the acceptance law.
 """
 
