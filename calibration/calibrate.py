@@ -36,7 +36,7 @@ from typing import Any
 from calibration.aggregate import aggregate_experiment, check_same_node, is_aggregate_only
 from calibration.check import check_run
 from calibration.fit_acceptance import AcceptanceFit, fit_counters, fit_traces
-from calibration.fit_replay import ReplayFit, fit_overheads, read_measured_run
+from calibration.fit_replay import ReplayFit, fit_overheads, read_measured_run, replay_experiment
 from calibration.fit_simulation import Experiment, fit_by_simulation
 from calibration.fit_step_cost import fit_steps
 from calibration.parameters import available_parameters
@@ -199,6 +199,7 @@ def calibrate(
     replay_fit: ReplayFit | None = None
     check_doc: dict[str, Any] | None = None
     aggregates: list[tuple[str, ParsedArtifact]] = []
+    replays: list[Experiment] = []
     warnings: list[str] = []
     paths_by_label = dict(zip(labels, paths, strict=True))
     for label, runs in _grouped(paths, labels):
@@ -251,6 +252,11 @@ def calibrate(
                     reasons.append("the engine was already fitted on an earlier input")
                 elif isinstance(target, str):
                     reasons.append(target)
+                elif parameters is not None:
+                    # Named parameters: the replay joins the one fit by simulation.
+                    run = read_measured_run(Path(paths_by_label[label]))
+                    replays.append(replay_experiment(run, *target, run_label))
+                    used.append("engine:replay")
                 else:
                     path = Path(paths_by_label[label])
                     run = read_measured_run(path)
@@ -270,9 +276,9 @@ def calibrate(
                     "spec-decode counters, per-step timings or per-request latencies"
                 ]
                 rejected.append((run_label, "; ".join(reasons)))
-    if aggregates:
+    if aggregates or replays:
         engine = _fit_aggregates(
-            aggregates, engine, gpu, model, tp, candidates, inputs, rejected, warnings
+            aggregates, replays, engine, gpu, model, tp, candidates, inputs, rejected, warnings
         )
     title = name or (Path(labels[0]).stem if labels else "profile")
     document = profile_document(
@@ -283,6 +289,7 @@ def calibrate(
 
 def _fit_aggregates(
     aggregates: list[tuple[str, ParsedArtifact]],
+    replays: list[Experiment],
     engine: dict[str, Any] | None,
     gpu: str | None,
     model: str | None,
@@ -292,7 +299,7 @@ def _fit_aggregates(
     rejected: list[tuple[str, str]],
     warnings: list[str],
 ) -> dict[str, Any] | None:
-    """Fit the aggregate-only runs together (one fit) and return the engine section.
+    """Fit the aggregate-only runs and the replays together (one fit); return the engine section.
 
     A run that cannot be rebuilt is moved from ``inputs`` to ``rejected`` with its reason.
     Raise CalibrationError if the runs are of different nodes or the given flags contradict
@@ -327,12 +334,17 @@ def _fit_aggregates(
             raise CalibrationError(
                 f"{label}: the run states TP {meta.tensor_parallel_size}, not --tp {tp}"
             )
-    target = _target(aggregates[0][1], gpu, model, tp)
+    target: tuple[str, str, int] | str
+    if aggregates:
+        target = _target(aggregates[0][1], gpu, model, tp)
+    else:  # replays are only made once their GPU and model are known
+        node = replays[0].document
+        target = (node["hardware"]["gpu"], node["model"], node["hardware"]["num_gpus"])
     if isinstance(target, str):
         for label, _ in aggregates:
             drop(label, target.replace("per-request timings", "an aggregate fit"))
         return None
-    experiments: list[Experiment] = []
+    experiments: list[Experiment] = list(replays)
     for label, artifact in aggregates:
         try:
             experiments.append(aggregate_experiment(artifact, label, *target))
