@@ -4,9 +4,9 @@ What most users keep of a ``vllm bench serve`` run is its summary: the result JS
 ``--save-detailed`` (no per-request arrays), its console report, or a row of the nightly results
 table. Such a run is rebuilt as a scenario from what the file records (VLLM_FORMATS.md §1.2):
 
-* requests: ``num_prompts`` (else ``completed`` + ``failed``), at most
-  :data:`MAX_SIMULATED_REQUESTS` simulated (an open loop keeps its rate and a closed loop its
-  concurrency, so the steady state is the same; the cut is noted);
+* requests: ``num_prompts`` (else ``completed`` + ``failed``); an open loop is simulated whole
+  (up to :data:`MAX_SIMULATED_REQUESTS`), a closed loop of N clients for at least
+  :data:`MAX_CLOSED_LOOP_REQUESTS` requests or 4·N (its steady state); a cut is noted;
 * arrivals: ``request_rate`` with ``burstiness`` b as gamma gaps of variation ``1/sqrt(b)``
   (Poisson at b = 1); an unlimited rate with ``max_concurrency`` N is N closed-loop clients, and
   without a cap every request at once;
@@ -31,8 +31,13 @@ from calibration.fit_simulation import Experiment
 from calibration.schema import ParsedArtifact
 from sim.errors import CalibrationError
 
-#: Cap on requests simulated per rebuilt run (each evaluation reruns every run of the fit).
-MAX_SIMULATED_REQUESTS = 400
+#: Cap on requests simulated per rebuilt run (each evaluation reruns every run of the fit). An
+#: open loop is simulated whole up to this: when it overloads the engine its queue, and so its
+#: TTFT, grows with the number of requests.
+MAX_SIMULATED_REQUESTS = 2000
+#: A closed loop reaches its steady state within a few rounds of its clients: at least this many
+#: requests, or four per client, are simulated.
+MAX_CLOSED_LOOP_REQUESTS = 400
 AGGREGATE_KINDS = (
     "vllm_bench_json",
     "vllm_bench_stdout",
@@ -150,10 +155,14 @@ def aggregate_experiment(
             f"output {output:.4g} tokens"
         )
     num_requests = round(total)
+    arrival, notes = _arrival(artifact, label, num_requests)
     simulated = min(num_requests, MAX_SIMULATED_REQUESTS)
-    arrival, notes = _arrival(artifact, label, simulated)
+    if arrival["process"] == "closed_loop" and arrival["concurrency"] < num_requests:
+        simulated = min(num_requests, max(MAX_CLOSED_LOOP_REQUESTS, 4 * arrival["concurrency"]))
     if simulated < num_requests:
         notes.append(f"{simulated} of the run's {num_requests} requests simulated")
+    if arrival["process"] == "closed_loop":
+        arrival["concurrency"] = min(arrival["concurrency"], simulated)
     if output < 1.5:
         for stat in list(measured):
             if stat.startswith(("tpot", "itl")):

@@ -254,9 +254,20 @@ def fit_by_simulation(
     shipped = shipped_values(parameters, gpu, preset)
     measured = np.array([experiments[i].measured[s] for i, s in names])
     say = progress or (lambda _text: None)
+    dropped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="specsim-fit-") as tmp:
         evaluator = _Evaluator(experiments, gpu, model, tp, Path(tmp))
         base = evaluator.run(shipped)
+        base_stats = [statistics_of(r.summary) for r in base]
+        missing = [(i, s) for i, s in names if not np.isfinite(base_stats[i][s])]
+        for i, s in missing:
+            dropped.append(f"{experiments[i].label}: {s} not fitted: the simulated run has none")
+        names = [(i, s) for i, s in names if (i, s) not in missing]
+        if not names:
+            raise CalibrationError(
+                f"{', '.join(e.label for e in experiments)}: no reported statistic can be simulated"
+            )
+        measured = np.array([experiments[i].measured[s] for i, s in names])
         sigma = np.array([sampling_sigma(base[i], [s])[s] for i, s in names])
 
         def simulated(values: dict[str, float]) -> np.ndarray:
@@ -323,6 +334,7 @@ def fit_by_simulation(
         results = evaluator.run(best)
         num_simulations = len(evaluator.cache) * len(experiments)
     ci95, warnings = _intervals(free, best, r_best, j_best, scales)
+    warnings = dropped + warnings
     for name, reason in fixed.items():
         warnings.append(f"{name} fixed at its shipped value {shipped[name]:.6g}: {reason}")
     comparison: dict[str, dict[str, dict[str, float]]] = {}

@@ -11,9 +11,11 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from calibration.aggregate import aggregate_experiment
 from calibration.calibrate import calibrate
 from calibration.commands import register
 from calibration.parameters import PARAMETERS, available_parameters
+from calibration.parsers import parse_runs
 from sim.errors import CalibrationError
 from tests.calibration_fit.aggregate_files import (
     GPU,
@@ -230,3 +232,23 @@ def test_a_run_that_states_another_tp_than_the_flag_is_refused(tmp_path: Path) -
     write_result(path, result)
     with pytest.raises(CalibrationError, match="--tp 1"):
         calibrate([path], gpu=GPU, model=MODEL, tp=1)
+
+
+@pytest.mark.parametrize(
+    ("rate", "concurrency", "simulated"),
+    [(4.0, None, 1000), ("inf", 8, 400), ("inf", 200, 800), ("inf", None, 1000)],
+)
+def test_open_loops_are_simulated_whole_and_closed_loops_to_their_steady_state(
+    tmp_path: Path, rate: object, concurrency: int | None, simulated: int
+) -> None:
+    result = {
+        "model_id": "m", "num_prompts": 1000, "request_rate": rate, "burstiness": 1.0,
+        "max_concurrency": concurrency, "duration": 100.0, "completed": 1000,
+        "total_input_tokens": 100_000, "total_output_tokens": 50_000, "mean_tpot_ms": 9.0,
+    }  # fmt: skip
+    path = write_result(tmp_path / "big.json", result)
+    (run,) = parse_runs(path)
+    workload = aggregate_experiment(run, str(path), GPU, MODEL, 1).document["workload"]
+    assert workload["num_requests"] == simulated
+    if concurrency is not None:
+        assert workload["arrival"]["concurrency"] == concurrency
