@@ -333,7 +333,7 @@ def fit_by_simulation(
         j_best = jacobian(best, free)
         results = evaluator.run(best)
         num_simulations = len(evaluator.cache) * len(experiments)
-    ci95, warnings = _intervals(free, best, r_best, j_best, scales)
+    ci95, warnings = parameter_intervals(free, best, r_best, j_best, scales)
     warnings = dropped + warnings
     for name, reason in fixed.items():
         warnings.append(f"{name} fixed at its shipped value {shipped[name]:.6g}: {reason}")
@@ -415,14 +415,19 @@ def _select(
     return [parameters[k] for k in free], fixed, condition
 
 
-def _intervals(
+def parameter_intervals(
     free: Sequence[FitParameter],
     best: dict[str, float],
     residuals: np.ndarray,
     jac: np.ndarray,
     scales: dict[str, float],
 ) -> tuple[dict[str, tuple[float, float]], list[str]]:
-    """95 % intervals of the free parameters and the bound warnings."""
+    """95 % intervals of the free parameters and the bound warnings.
+
+    Each interval is ``x ± 1.96·sd`` from ``(JᵀJ)⁻¹·max(1, χ²/dof)``, clipped to the bounds and
+    widened to contain ``x``, so it always holds its estimate; a degenerate Jacobian gives the whole
+    range. Never raises.
+    """
     dof = residuals.size - len(free)
     chi2 = float(np.sum(residuals**2))
     inflation = max(1.0, chi2 / dof) if dof > 0 else 1.0

@@ -14,7 +14,7 @@ the rebuilt run); it is for the reader and changes nothing here. Scenarios name 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,9 @@ FORMAT_VERSION = 1
 class EngineProfile:
     """The engine values a calibrated profile fixes, with where they came from.
 
-    ``efficiency`` is None when the profile keeps the GPU's shipped efficiency.
+    ``efficiency`` is None when the profile keeps the GPU's shipped efficiency. ``overheads_s``
+    holds every ``*_overhead_s`` value of the engine section (the two above and any term a fit by
+    simulation added, e.g. ``per_token_overhead_s``), for the engine to apply.
     """
 
     name: str
@@ -46,6 +48,7 @@ class EngineProfile:
     model: str | None
     tensor_parallel_size: int | None
     provenance: dict[str, Any]
+    overheads_s: dict[str, float] = field(default_factory=dict)
 
 
 def shipped_profile_names() -> list[str]:
@@ -121,6 +124,11 @@ def load_engine_profile(name_or_path: str, base_dir: Path) -> EngineProfile:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ScenarioError(f"{key}: {label}: engine.efficiency is invalid ({exc})") from None
     tp = engine.get("tensor_parallel_size")
+    overheads = {
+        name: _number(engine, name, key, label)
+        for name in engine
+        if isinstance(name, str) and name.endswith("_overhead_s")
+    }
     return EngineProfile(
         name=label,
         step_overhead_s=_number(engine, "step_overhead_s", key, label),
@@ -130,6 +138,7 @@ def load_engine_profile(name_or_path: str, base_dir: Path) -> EngineProfile:
         model=engine.get("model"),
         tensor_parallel_size=int(tp) if isinstance(tp, int) else None,
         provenance=dict(document["provenance"]),
+        overheads_s=overheads,
     )
 
 

@@ -6,17 +6,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import typer
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from typer.testing import CliRunner
 
 from calibration.aggregate import aggregate_experiment
 from calibration.calibrate import calibrate
 from calibration.commands import register
+from calibration.fit_simulation import parameter_intervals
 from calibration.parameters import PARAMETERS, available_parameters
 from calibration.parsers import parse_runs
+from calibration.profile import write_profile
 from sim.errors import CalibrationError
+from sim.profiles import load_engine_profile
 from tests.calibration_fit.aggregate_files import (
     GPU,
     MODEL,
@@ -252,3 +259,34 @@ def test_open_loops_are_simulated_whole_and_closed_loops_to_their_steady_state(
     assert workload["num_requests"] == simulated
     if concurrency is not None:
         assert workload["arrival"]["concurrency"] == concurrency
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    jac=arrays(np.float64, (4, 2), elements=st.floats(-1e6, 1e6) | st.just(0.0)),
+    residuals=arrays(np.float64, 4, elements=st.floats(-1e3, 1e3)),
+    fraction=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+)
+def test_intervals_always_contain_the_estimate_and_stay_in_bounds(
+    jac: np.ndarray, residuals: np.ndarray, fraction: tuple[float, float]
+) -> None:
+    free = [p for p in PARAMETERS if p.name in ("step_overhead_s", "bandwidth")]
+    best = {p.name: p.lower + f * (p.upper - p.lower) for p, f in zip(free, fraction, strict=True)}
+    ci95, warnings = parameter_intervals(
+        free, best, residuals, jac, {p.name: p.scale for p in free}
+    )
+    for p in free:
+        low, high = ci95[p.name]
+        assert p.lower <= low <= best[p.name] <= high <= p.upper
+    on_bound = [p for p, f in zip(free, fraction, strict=True) if f in (0.0, 1.0)]
+    assert len(warnings) >= len(on_bound)
+
+
+def test_a_profile_carries_every_fitted_overhead_for_the_engine(tmp_path: Path) -> None:
+    paths = _sweep(tmp_path, (1,), num_requests=2)
+    fitted = calibrate(paths, gpu=GPU, model=MODEL, tp=1, parameters=["step_overhead_s"])
+    profile = tmp_path / "p.yaml"
+    write_profile(fitted.document, profile)
+    loaded = load_engine_profile(str(profile), tmp_path)
+    assert loaded.overheads_s["step_overhead_s"] == loaded.step_overhead_s
+    assert set(loaded.overheads_s) >= {"step_overhead_s", "per_sequence_overhead_s"}
