@@ -437,7 +437,8 @@ def parameter_intervals(
     warnings: list[str] = []
     for k, p in enumerate(free):
         x = best[p.name]
-        width = float(half[k]) * scales[p.name] if np.isfinite(half[k]) else p.upper - p.lower
+        informed = np.isfinite(half[k]) and float(np.sum(jac[:, k] ** 2)) > 0
+        width = float(half[k]) * scales[p.name] if informed else p.upper - p.lower
         low, high = max(p.lower, x - width), min(p.upper, x + width)
         ci95[p.name] = (min(low, x), max(high, x))
         tolerance = BOUND_TOLERANCE * (p.upper - p.lower)

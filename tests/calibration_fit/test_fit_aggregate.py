@@ -290,3 +290,9 @@ def test_a_profile_carries_every_fitted_overhead_for_the_engine(tmp_path: Path) 
     loaded = load_engine_profile(str(profile), tmp_path)
     assert loaded.overheads_s["step_overhead_s"] == loaded.step_overhead_s
     assert set(loaded.overheads_s) >= {"step_overhead_s", "per_sequence_overhead_s"}
+
+
+def test_a_parameter_the_data_no_longer_see_gets_its_whole_range() -> None:
+    free = [p for p in PARAMETERS if p.name == "flops"]
+    ci95, _ = parameter_intervals(free, {"flops": 0.5}, np.zeros(3), np.zeros((3, 1)), {"flops": 1})
+    assert ci95["flops"] == (free[0].lower, free[0].upper)
