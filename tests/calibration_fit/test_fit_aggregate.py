@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from calibration.aggregate import aggregate_experiment
 from calibration.calibrate import calibrate
 from calibration.commands import register
-from calibration.fit_simulation import parameter_intervals
+from calibration.identifiability import parameter_intervals
 from calibration.parameters import PARAMETERS, available_parameters
 from calibration.parsers import parse_runs
 from calibration.profile import write_profile
