@@ -28,13 +28,17 @@ def summary_lines(document: dict[str, Any], seconds: float) -> list[str]:
         lines.append(
             f"engine on {engine['gpu']} / {engine['model']} TP{engine['tensor_parallel_size']}:"
         )
-        for key in ("step_overhead_s", "per_sequence_overhead_s"):
-            low, high = engine["ci95"][key]
-            lines.append(
-                f"  {key:24} {engine[key] * 1e3:9.4f} ms  (95% {low * 1e3:.4f} .. {high * 1e3:.4f})"
-            )
-        for key, value in engine["residuals"].items():
-            lines.append(f"  {key:24} {value:+.4g}")
+        if "parameters" in engine:
+            lines.extend(_parameter_lines(engine))
+        else:
+            for key in ("step_overhead_s", "per_sequence_overhead_s"):
+                low, high = engine["ci95"][key]
+                lines.append(
+                    f"  {key:24} {engine[key] * 1e3:9.4f} ms  "
+                    f"(95% {low * 1e3:.4f} .. {high * 1e3:.4f})"
+                )
+            for key, value in engine["residuals"].items():
+                lines.append(f"  {key:24} {value:+.4g}")
     for method, entry in (document.get("acceptance") or {}).items():
         rates = entry.get("conditional_rates")
         tau = entry.get("mean_acceptance_length")
@@ -53,7 +57,51 @@ def summary_lines(document: dict[str, Any], seconds: float) -> list[str]:
         lines.extend(format_check(document["check"]))
     for rejected in document["provenance"]["rejected"]:
         lines.append(f"skipped {rejected['file']}: {rejected['reason']}")
+    for warning in document.get("warnings") or []:
+        lines.append(f"warning: {warning}")
     return lines
+
+
+def _shown(value: float, unit: str) -> str:
+    return f"{value * 1e3:10.4f} ms" if unit.startswith("s ") else f"{value:10.4f}   "
+
+
+def _parameter_lines(engine: dict[str, Any]) -> list[str]:
+    """The parameter table and the predicted against measured statistics of a fit by
+    simulation."""
+    lines = [f"  {engine['num_simulations']} simulations; parameters:"]
+    for name, row in engine["parameters"].items():
+        text = f"    {name:24} {_shown(row['value'], row['unit'])}"
+        if row["status"] == "fitted":
+            low, high = row["ci95"]
+            scale = 1e3 if row["unit"].startswith("s ") else 1.0
+            text += f"  fitted (95% {low * scale:.4f} .. {high * scale:.4f})"
+        else:
+            text += "  fixed (shipped)"
+        lines.append(text)
+    for label, stats in engine["comparison"].items():
+        lines.append(f"  {label}:")
+        for stat, row in stats.items():
+            lines.append(
+                f"    {stat:20} predicted {row['predicted']:10.3f}  measured "
+                f"{row['measured']:10.3f}  error {row['rel_error']:+7.1%}"
+                + ("" if row.get("fitted", 1.0) else "  (compared, not fitted)")
+            )
+    return lines
+
+
+def command_line(
+    artifacts: list[Path],
+    out: Path,
+    options: dict[str, object],
+) -> str:
+    """The full command as it would be typed again: artifacts, ``--out`` and every option given."""
+    words = ["specsim", "calibrate", *(str(a) for a in artifacts), "--out", str(out)]
+    for flag, value in options.items():
+        if value is None or value is False:
+            continue
+        words.append(flag if value is True else f"{flag}={value}")
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def register(app: typer.Typer) -> None:
@@ -73,6 +121,14 @@ def register(app: typer.Typer) -> None:
         ] = None,
         model: Annotated[str | None, typer.Option(help="Catalogue model of the run.")] = None,
         tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree of the run.")] = None,
+        fit: Annotated[
+            str | None,
+            typer.Option(
+                "--fit",
+                help="Comma-separated step-cost parameters a fit by simulation may free "
+                "(default: every available one; see docs/calibration.md).",
+            ),
+        ] = None,
         check: Annotated[
             bool, typer.Option("--check", help="Replay and compare; refit on half, check on half.")
         ] = False,
@@ -91,13 +147,18 @@ def register(app: typer.Typer) -> None:
         from calibration.calibrate import calibrate
         from calibration.profile import write_profile
 
-        command = "specsim calibrate " + " ".join(shlex.quote(str(a)) for a in artifacts)
+        command = command_line(
+            artifacts,
+            out,
+            {"--gpu": gpu, "--model": model, "--tp": tp, "--fit": fit, "--check": check},
+        )
         result = calibrate(
             artifacts,
             gpu=gpu,
             model=model,
             tp=tp,
             check=check,
+            parameters=None if fit is None else [n.strip() for n in fit.split(",") if n.strip()],
             name=out.stem,
             command=command,
         )

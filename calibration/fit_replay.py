@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from calibration.fit_simulation import Experiment, as_flags
 from calibration.parsers import detect_kind, parse_artifact
 from calibration.parsers.request_timings import resolve_requests_file
 from calibration.replay import read_replay_requests
@@ -140,7 +141,7 @@ def simulate(
     try:
         result = run_scenario(validate_document(document, f"replay of {run.path}"), Path.cwd())
     except SpecsimError as exc:
-        raise CalibrationError(f"{run.path}: cannot replay the run: {exc}") from None
+        raise CalibrationError(f"{run.path}: cannot replay the run: {as_flags(str(exc))}") from None
     r = result.requests
     ttft = r["first_token_at_s"] - r["arrival_at_s"]
     output = r["output_tokens"].astype(np.float64)
@@ -232,3 +233,26 @@ def _bootstrap_ci(
         draws.append(np.clip(best_ms - pinv @ r, LOWER_MS, UPPER_MS))
     low, high = np.percentile(np.array(draws), [2.5, 97.5], axis=0)
     return [float(v) for v in low], [float(v) for v in high]
+
+
+def replay_experiment(run: MeasuredRun, gpu: str, model: str, tp: int, label: str) -> Experiment:
+    """The replay of ``run`` as an experiment of a fit by simulation
+    (:func:`calibration.fit_simulation.fit_by_simulation`): its own arrivals, lengths and engine
+    limits, matched on the mean, median and p99 of its measured TTFT and TPOT (ms).
+
+    Raise CalibrationError naming the file if no request has a finite TTFT.
+    """
+    document = replay_document(run, gpu, model, tp, (0.0, 0.0))
+    for key in ("step_overhead_s", "per_sequence_overhead_s"):
+        del document["engine"][key]
+    measured: dict[str, float] = {}
+    for metric, values in (("ttft", run.ttft_s), ("tpot", run.tpot_s)):
+        finite = values[np.isfinite(values)] * 1e3
+        if finite.size:
+            measured[f"{metric}_mean"] = float(finite.mean())
+            measured[f"{metric}_p50"] = float(np.percentile(finite, 50))
+            measured[f"{metric}_p99"] = float(np.percentile(finite, 99))
+    if not measured:
+        raise CalibrationError(f"{run.path}: expected a finite TTFT for some request; none")
+    notes = (f"replayed with its own arrivals and lengths ({run.num_requests} requests)",)
+    return Experiment(label, document, measured, notes)

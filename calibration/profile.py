@@ -18,7 +18,9 @@ import yaml
 
 from calibration.fit_acceptance import AcceptanceFit
 from calibration.fit_replay import ReplayFit
+from calibration.fit_simulation import SimulationFit
 from calibration.fit_step_cost import StepFit
+from calibration.parameters import PARAMETERS, efficiency_override
 from calibration.schema import ParsedArtifact
 from sim import __version__
 from sim.errors import CalibrationError
@@ -99,6 +101,72 @@ def step_engine_section(fit: StepFit, gpu: str, model: str, tp: int, label: str)
     }
 
 
+def simulation_engine_section(
+    fit: SimulationFit, gpu: str, model: str, tp: int, labels: Sequence[str]
+) -> dict[str, Any]:
+    """The ``engine`` section from a fit by simulation of the runs in ``labels``: the fitted
+    values, the efficiency override when an efficiency was freed, and the parameter table (each
+    row fitted with its interval, or fixed at its shipped value with the reason)."""
+    table: dict[str, Any] = {}
+    for parameter in PARAMETERS:
+        if parameter.name not in fit.values:
+            continue
+        row: dict[str, Any] = {
+            "value": _rounded(fit.values[parameter.name]),
+            "unit": parameter.unit,
+            "applies_to": parameter.applies_to,
+            "shipped": _rounded(fit.shipped[parameter.name]),
+            "bounds": [parameter.lower, parameter.upper],
+        }
+        if parameter.name in fit.free:
+            low, high = fit.ci95[parameter.name]
+            row.update(status="fitted", ci95=[_rounded(low), _rounded(high)])
+        else:
+            row.update(status="fixed", reason=fit.fixed.get(parameter.name, ""))
+        table[parameter.name] = row
+    fitted_efficiency = {n: v for n, v in fit.values.items() if n in fit.free}
+    efficiency = efficiency_override(gpu, fitted_efficiency)
+    section: dict[str, Any] = {
+        "gpu": gpu,
+        "model": model,
+        "tensor_parallel_size": tp,
+        "preset": "vllm-v1",
+        "step_overhead_s": _rounded(
+            fit.values.get("step_overhead_s", fit.shipped.get("step_overhead_s", 0.0))
+        ),
+        "per_sequence_overhead_s": _rounded(
+            fit.values.get(
+                "per_sequence_overhead_s", fit.shipped.get("per_sequence_overhead_s", 0.0)
+            )
+        ),
+    }
+    for name in ("per_token_overhead_s",):
+        if name in fit.values:
+            section[name] = _rounded(fit.values[name])
+    section.update(
+        {
+            "ci95": {k: [_rounded(lo), _rounded(hi)] for k, (lo, hi) in fit.ci95.items()},
+            "efficiency": None
+            if efficiency is None
+            else {k: _rounded(v) for k, v in efficiency.items()},
+            "parameters": table,
+            "fitted_on": list(labels),
+            "method": fit.method,
+            "num_simulations": fit.num_simulations,
+            "condition_number": None
+            if fit.condition_number is None
+            else _rounded(fit.condition_number),
+            "comparison": {
+                label: {
+                    stat: {k: _rounded(v) for k, v in row.items()} for stat, row in stats.items()
+                }
+                for label, stats in fit.comparison.items()
+            },
+        }
+    )
+    return section
+
+
 def profile_document(
     name: str,
     inputs: Sequence[InputRecord],
@@ -108,6 +176,7 @@ def profile_document(
     rejected: Sequence[tuple[str, str]],
     command: str,
     created: dt.date | None = None,
+    warnings: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The whole profile as a plain mapping.
 
@@ -120,7 +189,7 @@ def profile_document(
             + "; ".join(f"{label}: {reason}" for label, reason in rejected)
         )
     day = created or dt.datetime.now(dt.UTC).date()
-    return {
+    document = {
         "specsim_profile": FORMAT_VERSION,
         "name": name,
         "provenance": {
@@ -143,6 +212,9 @@ def profile_document(
         "acceptance": {method: fit.as_document() for method, fit in acceptance.items()} or None,
         "check": check,
     }
+    if warnings:
+        document["warnings"] = list(warnings)
+    return document
 
 
 def profile_yaml(document: dict[str, Any]) -> str:

@@ -2,15 +2,19 @@
 
 A profile is a YAML file with ``provenance`` (inputs and their SHA-256, engine version, method,
 date), an optional ``engine`` section (the fitted per-step and per-sequence overheads, optionally an
-``efficiency`` override of the GPU's four cost-model fractions) and an optional ``acceptance``
-section (one fitted law per drafting method). Scenarios name a profile by path (``*.yaml``,
-relative to the scenario file) or by the name of a profile shipped in ``calibration/profiles/``:
+``efficiency`` override of the GPU's four cost-model fractions; a fit by simulation adds its
+``parameters`` table, each row fitted with its interval or fixed with the reason) and an optional
+``acceptance`` section (one fitted law per drafting method). A top-level ``warnings`` list, when
+present, says what the fit could not do (a parameter fixed or ended on a bound, an approximation of
+the rebuilt run); it is for the reader and changes nothing here. Scenarios name a profile by path
+(``*.yaml``, relative to the scenario file) or by the name of a profile shipped in
+``calibration/profiles/``:
 ``engine.profile`` takes the engine values, ``speculation.acceptance.profile`` the acceptance law.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,9 @@ FORMAT_VERSION = 1
 class EngineProfile:
     """The engine values a calibrated profile fixes, with where they came from.
 
-    ``efficiency`` is None when the profile keeps the GPU's shipped efficiency.
+    ``efficiency`` is None when the profile keeps the GPU's shipped efficiency. ``overheads_s``
+    holds every ``*_overhead_s`` value of the engine section (the two above and any term a fit by
+    simulation added, e.g. ``per_token_overhead_s``), for the engine to apply.
     """
 
     name: str
@@ -42,6 +48,7 @@ class EngineProfile:
     model: str | None
     tensor_parallel_size: int | None
     provenance: dict[str, Any]
+    overheads_s: dict[str, float] = field(default_factory=dict)
 
 
 def shipped_profile_names() -> list[str]:
@@ -117,6 +124,11 @@ def load_engine_profile(name_or_path: str, base_dir: Path) -> EngineProfile:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ScenarioError(f"{key}: {label}: engine.efficiency is invalid ({exc})") from None
     tp = engine.get("tensor_parallel_size")
+    overheads = {
+        name: _number(engine, name, key, label)
+        for name in engine
+        if isinstance(name, str) and name.endswith("_overhead_s")
+    }
     return EngineProfile(
         name=label,
         step_overhead_s=_number(engine, "step_overhead_s", key, label),
@@ -126,6 +138,7 @@ def load_engine_profile(name_or_path: str, base_dir: Path) -> EngineProfile:
         model=engine.get("model"),
         tensor_parallel_size=int(tp) if isinstance(tp, int) else None,
         provenance=dict(document["provenance"]),
+        overheads_s=overheads,
     )
 
 

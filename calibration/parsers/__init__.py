@@ -28,7 +28,7 @@ from calibration.parsers.sglang_bench_serving import (
     parse_specforge_results,
 )
 from calibration.parsers.sglang_log import parse_sglang_log
-from calibration.parsers.vllm_log import parse_vllm_log
+from calibration.parsers.vllm_log import parse_vllm_log, parse_vllm_log_sessions
 from calibration.schema import ParsedArtifact
 from sim.errors import CalibrationError
 
@@ -51,6 +51,7 @@ __all__ = [
     "parse_sglang_log",
     "parse_specforge_results",
     "parse_vllm_log",
+    "parse_vllm_log_sessions",
 ]
 
 
@@ -63,7 +64,7 @@ _PARSERS: dict[str, Callable[[Path], tuple[ParsedArtifact, ...]]] = {
     "vllm_bench_json": parse_bench_serving_json,
     "vllm_bench_stdout": parse_bench_console,
     "vllm_nightly_aggregate": parse_nightly_results,
-    "vllm_log": _one(parse_vllm_log),
+    "vllm_log": parse_vllm_log_sessions,
     "prometheus": parse_prometheus,
     "vllm_per_request_spec_metrics": _one(parse_per_request_spec_metrics),
     "vllm_request_timings": _one(parse_request_timings),

@@ -4,11 +4,15 @@ The report is a fixed-width table of ``"{label:<40} {value:<10}"`` rows under a
 ``Serving Benchmark Result`` banner (VLLM_FORMATS.md §1.4). Each banner starts a run. Row labels map
 to the result-JSON key names (``Mean TTFT (ms)`` → ``mean_ttft_ms``); the ``Speculative Decoding``
 section (0.14+) gives the acceptance rate and per-position rates in percent, turned into fractions.
-A row whose value was cut off is skipped.
+A row whose value was cut off is skipped. The lines the benchmark prints before its run
+(``Traffic request rate: 4.0`` or ``inf``, ``Burstiness factor: 1.0 (Poisson process)``,
+``Maximum request concurrency: 32`` or ``None``; ``benchmark_serving.py`` and
+``vllm/benchmarks/serve.py``) belong to the next report: they say how to rebuild its arrivals.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -21,6 +25,12 @@ _BANNER = "Serving Benchmark Result"
 _ROW = re.compile(r"^\s*([A-Za-z][^:]*?):\s*(\S+)?\s*$")
 _PERCENTILE = re.compile(r"^(Mean|Median|Std|P\d+(?:\.\d+)?) (TTFT|TPOT|ITL|E2EL) \(ms\)$")
 _POSITION = re.compile(r"^Position (\d+)$")
+_END = re.compile(r"^\s*=+\s*$")
+_PRELUDE = {
+    "request_rate": re.compile(r"^\s*Traffic request rate:\s*([^\s]+)"),
+    "burstiness": re.compile(r"^\s*Burstiness factor:\s*([^\s]+)"),
+    "max_concurrency": re.compile(r"^\s*Maximum request concurrency:\s*([^\s]+)"),
+}
 _KEYS = {
     "Successful requests": "completed",
     "Failed requests": "failed",
@@ -50,9 +60,18 @@ def parse_bench_console(path: Path) -> tuple[ParsedArtifact, ...]:
     """
     source = read_source(path)
     runs: list[tuple[dict[str, float], dict[int, float]]] = []
+    pending: dict[str, float] = {}
+    inside = False
     for number, line in enumerate(source.text.splitlines(), start=1):
         if _BANNER in line:
-            runs.append(({}, {}))
+            runs.append((pending, {}))
+            pending, inside = {}, True
+            continue
+        if _END.match(line):
+            inside = False
+            continue
+        if not inside:
+            _read_prelude(line, pending)
             continue
         match = _ROW.match(line)
         if not runs or match is None or match.group(2) is None or line.lstrip().startswith("#"):
@@ -70,6 +89,19 @@ def parse_bench_console(path: Path) -> tuple[ParsedArtifact, ...]:
     if not runs:
         raise failure(source, f"a '{_BANNER}' report; found none")
     return tuple(_run(source, aggregates, positions) for aggregates, positions in runs)
+
+
+def _read_prelude(line: str, pending: dict[str, float]) -> None:
+    """Keep the rate, burstiness and concurrency printed before a run (``None`` is no cap)."""
+    for key, pattern in _PRELUDE.items():
+        match = pattern.match(line)
+        if match is None:
+            continue
+        text = match.group(1).rstrip(".")
+        try:
+            pending[key] = float(text)
+        except ValueError:
+            pending.pop(key, None)
 
 
 def _key(label: str) -> str | None:
@@ -116,6 +148,12 @@ def _run(
             per_position_acceptance_rate=rates,
         )
     concurrency = aggregates.get("max_concurrency")
+    rate = aggregates.get("request_rate")
+    settings: dict[str, str | float] = {}
+    if rate is not None and not math.isfinite(rate):
+        settings["request_rate"] = "inf"
+    if "burstiness" in aggregates:
+        settings["burstiness"] = aggregates["burstiness"]
     metadata = RunMetadata(
         source_path=str(source.path),
         source_sha256=source.sha256,
@@ -123,5 +161,7 @@ def _run(
         engine_era="vllm>=0.11 (Peak rows)" if "max_concurrent_requests" in aggregates else None,
         num_speculative_tokens=len(rates) if rates else None,
         max_concurrency=None if concurrency is None else round(concurrency),
+        request_rate_per_s=rate if rate is not None and math.isfinite(rate) and rate > 0 else None,
+        settings=settings,
     )
     return ParsedArtifact(kind=KIND, metadata=metadata, spec_decode=spec, aggregates=aggregates)

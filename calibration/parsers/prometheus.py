@@ -15,6 +15,7 @@ differences mean anything.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -123,15 +124,24 @@ def parse_prometheus(path: Path) -> tuple[ParsedArtifact, ...]:
     return parse_prometheus_scrapes([path])
 
 
-def parse_prometheus_scrapes(paths: Sequence[Path]) -> tuple[ParsedArtifact, ...]:
+def parse_prometheus_scrapes(
+    paths: Sequence[Path], strict: bool = False
+) -> tuple[ParsedArtifact, ...]:
     """Parse scrapes from several files, taken in the given order, as one time series.
 
-    Raise CalibrationError if any file is not text exposition or holds vLLM V0 spec-decode counters.
+    With ``strict`` (scrapes taken before and after one run) a counter may not go down between
+    consecutive scrapes: that would be a server restart in between, and the difference would
+    count a different server.
+    Raise CalibrationError if any file is not text exposition, holds vLLM V0 spec-decode
+    counters, or (strict) a counter decreases, naming the later file and the metric.
     """
     if not paths:
         raise failure(Path("<no files>"), "at least one Prometheus scrape file")
     sources = [read_source(Path(p)) for p in paths]
-    scrapes = [scrape for source in sources for scrape in parse_exposition(source)]
+    owned = [(source, scrape) for source in sources for scrape in parse_exposition(source)]
+    scrapes = [scrape for _, scrape in owned]
+    if strict:
+        _check_non_decreasing(owned)
     source = sources[0]
     for scrape in scrapes:
         v0_names = sorted({name for name, _ in scrape.values if name in _V0_SPEC_SERIES})
@@ -146,6 +156,22 @@ def parse_prometheus_scrapes(paths: Sequence[Path]) -> tuple[ParsedArtifact, ...
         {dict(labels).get("model_name", "") for scrape in scrapes for _, labels in scrape.values}
     )
     return tuple(_run(sources, scrapes, model, len(models) > 1) for model in models)
+
+
+def _check_non_decreasing(owned: Sequence[tuple[Source, Scrape]]) -> None:
+    for (before_source, before), (source, after) in itertools.pairwise(owned):
+        for key, value in after.values.items():
+            name, labels = key
+            if not name.endswith("_total") or key not in before.values:
+                continue
+            if value < before.values[key]:
+                label_text = ",".join(f'{k}="{v}"' for k, v in labels)
+                raise failure(
+                    source,
+                    f"counter {name}{{{label_text}}} not to decrease after {before_source.path} "
+                    f"({before.values[key]:g} there, {value:g} here): the server restarted "
+                    "between the scrapes, so their difference counts two servers",
+                )
 
 
 def _sum(scrape: Scrape, model: str, names: Sequence[str], mean: bool = False) -> float | None:

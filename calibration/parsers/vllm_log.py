@@ -18,12 +18,14 @@ read too, one row per block.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 from calibration.parsers import spec_decoding_metrics as spec_lines
+from calibration.parsers.log_sessions import split_sessions
 from calibration.parsers.reading import Source, failure, read_source
 from calibration.parsers.tables import IntervalRow, interval_table, spec_summary_from_intervals
 from calibration.schema import ParsedArtifact, RunMetadata, StepTable
@@ -298,3 +300,57 @@ def _step_table(steps: np.ndarray) -> StepTable:
         kv_cache_usage=steps[:, 7],
         is_dummy=steps[:, 8].astype(bool),
     )
+
+
+def parse_vllm_log_sessions(path: Path) -> tuple[ParsedArtifact, ...]:
+    """Parse a vLLM log into one ParsedArtifact per server session (see
+    :mod:`calibration.parsers.log_sessions`), each carrying the version, model and k its start
+    lines state. Sessions without metric lines are left out.
+
+    Raise CalibrationError if no session has a recognised line, a recognised line is malformed,
+    or a session's metric lines show a k other than the one its start lines state (naming the
+    line).
+    """
+    source = read_source(path)
+    lines = [_ANSI.sub("", raw) for raw in source.text.splitlines()]
+    sessions = split_sessions(lines)
+    runs: list[ParsedArtifact] = []
+    for index, session in enumerate(sessions, start=1):
+        reader = _LogReader(source)
+        for number in range(session.first_line, session.last_line + 1):
+            reader.feed(number, lines[number - 1])
+        if not reader.rows and not reader.steps:
+            continue
+        seen = sorted(reader.num_spec_tokens)
+        stated = session.num_speculative_tokens
+        if stated is not None and seen and seen != [stated]:
+            raise failure(
+                source,
+                f"spec-decode lines with k = {stated} as the session's start states; lines "
+                f"{session.first_line}-{session.last_line} show k = {seen}",
+                session.first_line,
+            )
+        artifact = reader.result()
+        meta = artifact.metadata
+        settings = dict(meta.settings)
+        if len(sessions) > 1:
+            settings.update(
+                session=index,
+                session_lines=f"{session.first_line}-{session.last_line}",
+            )
+        metadata = replace(
+            meta,
+            engine_version=session.version or meta.engine_version,
+            model=session.model or meta.model,
+            method=session.method or meta.method,
+            num_speculative_tokens=stated if stated is not None else meta.num_speculative_tokens,
+            settings=settings,
+        )
+        runs.append(replace(artifact, metadata=metadata))
+    if not runs:
+        raise failure(
+            source,
+            "vLLM log lines ('SpecDecoding metrics:', 'Speculative metrics:', 'Engine NNN: Avg "
+            "prompt throughput', 'Iteration(') or spec_decode.py output; found none",
+        )
+    return tuple(runs)

@@ -102,3 +102,18 @@ def test_the_command_writes_a_profile_and_reports_errors_with_exit_2(tmp_path: P
     assert bad.exit_code == 2 and "nothing to fit" in bad.output
     gpu = runner.invoke(_app(), ["calibrate", str(TIMINGS), "--out", str(out), "--gpu", "tpu"])
     assert gpu.exit_code == 2 and "--gpu: unknown GPU 'tpu'" in gpu.output
+
+
+def test_named_parameters_fit_the_replay_by_simulation_with_identifiability() -> None:
+    names = ["step_overhead_s", "per_sequence_overhead_s", "bandwidth"]
+    result = calibrate([TIMINGS.parent], gpu="rtx-pro-6000", parameters=names)
+    engine = result.document["engine"]
+    table = engine["parameters"]
+    assert set(table) == set(names)
+    for row in table.values():
+        if row["status"] == "fitted":
+            assert row["ci95"][0] <= row["value"] <= row["ci95"][1]
+        else:
+            assert row["value"] == row["shipped"] and row["reason"]
+    (comparison,) = engine["comparison"].values()
+    assert abs(comparison["tpot_mean"]["rel_error"]) <= 0.05
