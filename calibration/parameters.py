@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sim.efficiency import EFFICIENCY_FIELDS, load_efficiency
 from sim.engine.presets import get_preset
 from sim.errors import CalibrationError
+from sim.host_costs import engine_overheads_s
 from sim.scenario import EngineConfig
 
 
@@ -143,10 +143,14 @@ def shipped_values(
         efficiency = load_efficiency(gpu)
     except Exception as exc:  # CatalogueError, ScenarioError: all user-facing
         raise CalibrationError(f"--gpu {gpu}: {exc}") from None
+    # The engine's overheads in force: the host-cost fit's where it has them (sim.host_costs).
+    overheads = engine_overheads_s(engine.name, engine.step_overhead_s)
     values: dict[str, float] = {}
     for parameter in parameters:
-        source: Any = engine if parameter.section == "engine" else efficiency
-        values[parameter.name] = float(getattr(source, parameter.key, 0.0))
+        if parameter.section == "engine":
+            values[parameter.name] = float(overheads.get(parameter.key, 0.0))
+        else:
+            values[parameter.name] = float(getattr(efficiency, parameter.key, 0.0))
     return values
 
 

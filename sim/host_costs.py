@@ -303,3 +303,22 @@ def load_host_profile(preset: str) -> HostProfile:
         rules=rules,
         step_overhead_s=None if step is None else float(step),
     )
+
+
+def engine_overheads_s(preset: str, step_overhead_s: float) -> dict[str, float]:
+    """The per-step, per-layer, per-sequence and per-token overheads in force for the engine
+    ``preset`` (whose own batch-1 per-step value is ``step_overhead_s``): the host-cost fit's
+    values where it has them.
+
+    Raise CatalogueError as :func:`load_host_profile`.
+    """
+    profile = load_host_profile(preset)
+    costs = profile.costs
+    return {
+        "step_overhead_s": (
+            step_overhead_s if profile.step_overhead_s is None else profile.step_overhead_s
+        ),
+        "per_layer_overhead_s": costs.per_layer_overhead_s,
+        "per_sequence_overhead_s": costs.per_sequence_overhead_s,
+        "per_token_overhead_s": costs.per_token_overhead_s,
+    }

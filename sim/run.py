@@ -176,8 +176,20 @@ def build_simulation(
     method = scenario.speculation.method
     host_profile = load_host_profile(engine.name)
     host = host_profile.costs if method == "none" else host_profile.for_method(method)[0]
-    if scenario.engine.per_layer_overhead_s is not None:
-        host = replace(host, per_layer_overhead_s=scenario.engine.per_layer_overhead_s)
+    # A calibrated profile's host terms, then the scenario's own keys, over the preset's.
+    profile_terms = (
+        load_engine_profile(scenario.engine.profile, base_dir).overheads_s
+        if scenario.engine.profile is not None
+        else {}
+    )
+    per_layer = scenario.engine.per_layer_overhead_s
+    per_layer = profile_terms.get("per_layer_overhead_s") if per_layer is None else per_layer
+    per_token = scenario.engine.per_token_overhead_s
+    per_token = profile_terms.get("per_token_overhead_s") if per_token is None else per_token
+    if per_layer is not None:
+        host = replace(host, per_layer_overhead_s=float(per_layer))
+    if per_token is not None:
+        host = replace(host, per_token_overhead_s=float(per_token))
     cost_model = StepCostModel(
         model,
         gpu,

@@ -80,6 +80,7 @@ class EngineConfig(BaseModel):
     step_overhead_s: float | None = Field(default=None, ge=0)
     per_sequence_overhead_s: float | None = Field(default=None, ge=0)
     per_layer_overhead_s: float | None = Field(default=None, ge=0)
+    per_token_overhead_s: float | None = Field(default=None, ge=0)
     profile: str | None = None
     fast_forward: bool = True
 

@@ -133,7 +133,8 @@ def test_no_host_mechanism_keeps_the_plain_breakdown_bit_for_bit() -> None:
         a, b = plain.breakdown(shape), zero.breakdown(shape)
         assert all(np.array_equal(a[k], b[k]) for k in a)
         assert float(total_of(a)[0]) == pytest.approx(
-            1e-3 + 2e-5 * int(shape.num_seqs[0])  # type: ignore[index]
+            1e-3
+            + 2e-5 * int(shape.num_seqs[0])  # type: ignore[index]
             + float(plain.linear_s(shape.num_tokens, shape.num_logit_tokens)[0])
             + float(plain.attention_s(shape.kv_read_tokens, shape.attention_pairs)[0])
             + float(plain.sampling_s(shape.num_logit_tokens)[0])
@@ -177,7 +178,7 @@ def test_sglang_turns_overlap_and_padding_off_for_eagle_only() -> None:
 
 
 def test_unknown_preset_names_the_known_ones() -> None:
-    with pytest.raises(CatalogueError, match="known: .*vllm-v1"):
+    with pytest.raises(CatalogueError, match=r"known: .*vllm-v1"):
         load_host_profile("tgi")
 
 

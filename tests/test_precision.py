@@ -53,7 +53,7 @@ def test_fp8_weights_run_at_the_fp8_tensor_throughput() -> None:
 
 
 def test_unknown_precision_is_refused() -> None:
-    with pytest.raises(CatalogueError, match="precision.weights"):
+    with pytest.raises(CatalogueError, match=r"precision\.weights"):
         BASE.with_precision("int3", "bf16")
 
 
@@ -70,13 +70,11 @@ def _scenario(**overrides: object) -> Scenario:
 def test_a_70b_in_fp8_fits_one_h100_and_in_bf16_does_not() -> None:
     fits = build_simulation(_scenario(precision={"weights": "fp8"}), Path.cwd())
     assert fits.memory.num_blocks > 0
-    with pytest.raises(Exception, match="llama-3.1-70b"):
+    with pytest.raises(Exception, match=r"llama-3\.1-70b"):
         build_simulation(_scenario(), Path.cwd())
 
 
 def test_fp8_on_a_gpu_without_fp8_tensor_cores_names_the_key() -> None:
-    scenario = _scenario(
-        precision={"weights": "fp8"}, hardware={"gpu": "a100-80gb", "num_gpus": 1}
-    )
-    with pytest.raises(ScenarioError, match="precision.weights"):
+    scenario = _scenario(precision={"weights": "fp8"}, hardware={"gpu": "a100-80gb", "num_gpus": 1})
+    with pytest.raises(ScenarioError, match=r"precision\.weights"):
         build_simulation(scenario, Path.cwd())

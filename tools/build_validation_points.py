@@ -117,6 +117,24 @@ def _read(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+#: Qwen3-32B (bf16) shapes kept: (prompt, output) tokens per engine.
+VLLM_QWEN_SHAPES = ((1024, 512), (1024, 1024), (4096, 512), (4096, 1024))
+SGLANG_QWEN_SHAPES = ((1024, 256), (1024, 512), (2048, 256), (2048, 512))
+#: The TPOT rows calibration/host_cost_fit.py fits each preset's host costs on (its FIT_SETS).
+HOST_FIT_ROWS = {
+    ("vllm", "0.12.0"): ((1024, 512), (1024, 1024)),
+    ("sglang", "0.5.1.post1"): ((1024, 256), (1024, 512)),
+}
+
+
+def host_fit_of(row: dict[str, str]) -> str:
+    """``host_cost_fit`` for a silicon row the host-cost fit uses, else ``""``."""
+    if row["model_path"] != "Qwen/Qwen3-32B" or row["precision"] or row["system"] != "h100_sxm":
+        return ""
+    shapes = HOST_FIT_ROWS.get((row["backend"], row["backend_version"]), ())
+    return "host_cost_fit" if (int(row["isl"]), int(row["osl"])) in shapes else ""
+
+
 def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
     """TTFT and TPOT of vLLM 0.12.0 and SGLang 0.5.1 serving Qwen3-32B (bf16) on H100, and a few
     FP8/MoE rows kept as not expressible."""
@@ -129,20 +147,28 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
         shape = (int(row["isl"]), int(row["osl"]))
         if model == "Qwen/Qwen3-32B" and not row["precision"]:
             version = (backend, row["backend_version"])
-            vllm = version == ("vllm", "0.12.0") and shape in ((1024, 1024), (4096, 512))
-            sglang = version == ("sglang", "0.5.1.post1") and shape == (1024, 512)
+            vllm = version == ("vllm", "0.12.0") and shape in VLLM_QWEN_SHAPES
+            sglang = version == ("sglang", "0.5.1.post1") and shape in SGLANG_QWEN_SHAPES
             if vllm or sglang:
                 kept.append(row)
-        elif model == "meta-llama/Llama-3.1-70B" and shape == (1024, 1024):
-            kept.extend([row] if float(row["batch_size"]) in (4.0, 64.0) else [])
+        elif model == "meta-llama/Llama-3.1-70B" and shape == (1024, 1024) and backend == "vllm":
+            kept.append(row)
     h200 = [
         r
         for r in rows
         if r["system"] == "h200_sxm"
         and r["mode"] == "agg"
         and r["backend"] == "vllm"
-        and r["model_path"] == "Qwen/Qwen3-235B-A22B-FP8"
-        and (int(r["isl"]), int(r["osl"])) == (1000, 1000)
+        and (
+            (
+                r["model_path"] == "Qwen/Qwen3-235B-A22B-FP8"
+                and (int(r["isl"]), int(r["osl"])) == (1000, 1000)
+            )
+            or (
+                r["model_path"] == "meta-llama/Llama-3.1-70B"
+                and (int(r["isl"]), int(r["osl"])) == (1024, 1024)
+            )
+        )
     ]
     for row in kept + h200:
         concurrency = int(float(row["batch_size"]))
@@ -150,7 +176,7 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
         precision = row["precision"] or "bf16"
         model = AIC_MODELS.get(row["model_path"], row["model_path"])
         engine = f"{row['backend']} {row['backend_version'] or '(version not stated)'}"
-        preset = "sglang" if row["backend"] == "sglang" else "vllm-v1"
+        preset = "sglang-0.5" if row["backend"] == "sglang" else "vllm-v1"
         gpu = {"h100_sxm": "h100-sxm", "h200_sxm": "h200"}[row["system"]]
         note = (
             "precision column empty in the source: the checkpoint's bf16 weights"
@@ -184,6 +210,7 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
                 point_id=f"{stem}-{quantity.split('_')[0]}",
                 quantity=quantity,
                 measured=f"{float(row[column]):.4f}",
+                fitted_by=host_fit_of(row) if quantity == "tpot_ms" else "",
                 **base,
             )
 
@@ -392,7 +419,7 @@ def eagle3_tables() -> Iterator[dict[str, Any]]:
                     point_id=f"eagle3-t{table}-{method}-bs{batch}",
                     source_group="eagle3-paper",
                     engine="SGLang v0.4.4" if sglang else "vLLM (version not stated)",
-                    preset="sglang" if sglang else "vllm-v1",
+                    preset="sglang-0.4" if sglang else "vllm-v1",
                     model="llama-3.1-8b",
                     gpu="h100-sxm" if sglang else "RTX 3090 or A100 (stated both ways)",
                     num_gpus=1,
@@ -461,7 +488,7 @@ def quoted_points() -> Iterator[dict[str, Any]]:
             point_id=f"sglang-issue6949-tp{tp}",
             source_group="sglang-issue-6949",
             engine="SGLang (mid-2025)",
-            preset="sglang",
+            preset="sglang-0.4",
             model="QwQ-class 32B (Qwen2 architecture, hidden 5120)",
             gpu="not stated",
             num_gpus=tp,

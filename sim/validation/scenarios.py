@@ -22,7 +22,7 @@ from sim.scenario import METHODS, Scenario
 from sim.validation.points import ValidationPoint
 
 #: Weight precisions the cost model prices (two bytes per weight; fp16 and bf16 cost the same).
-EXPRESSIBLE_PRECISIONS = ("bf16", "fp16")
+EXPRESSIBLE_PRECISIONS = ("bf16", "fp16", "fp8")
 #: Coefficient of variation of the gamma gaps that stand in for evenly spaced arrivals.
 CONSTANT_RATE_CV = 0.01
 #: Words that mark a mixture-of-experts model outside the catalogue (for grouping only).
@@ -77,7 +77,9 @@ def inexpressible_reason(point: ValidationPoint) -> str:
     if point.model not in model_names():
         reasons.append(f"model {point.model!r} not in the catalogue")
     if point.precision not in EXPRESSIBLE_PRECISIONS:
-        reasons.append(f"{point.precision.upper()} weights: the cost model prices 16-bit weights")
+        reasons.append(
+            f"{point.precision.upper()} weights: the cost model prices 16- and 8-bit weights"
+        )
     if point.method not in METHODS:
         reasons.append(f"speculation method {point.method!r} not modelled")
     if not point.arrival or point.num_requests is None:
@@ -128,6 +130,7 @@ def build_scenario(point: ValidationPoint, method: str | None = None) -> Scenari
             "seed": 0,
             "hardware": {"gpu": point.gpu, "num_gpus": point.num_gpus},
             "model": point.model,
+            "precision": {"weights": "fp8" if point.precision == "fp8" else "bf16"},
             "engine": engine,
             "speculation": speculation,
             "workload": workload,
