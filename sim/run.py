@@ -26,6 +26,7 @@ from sim.engine.drafter import StepPlan
 from sim.engine.kv_cache import BlockManager, blocks_for
 from sim.engine.memory import MemoryPlan, plan_memory
 from sim.engine.node import ArrivalSchedule, ServingNode
+from sim.engine.prefix_cache import PrefixStructure
 from sim.engine.presets import SETTINGS, EnginePreset, get_preset
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
@@ -48,6 +49,9 @@ REQUEST_COLUMNS = (
     "num_decode_steps",
     "num_drafted",
     "num_accepted",
+    "num_cached_tokens",
+    "prefix_id",
+    "session_id",
 )
 
 
@@ -192,8 +196,17 @@ def build_simulation(
     requests = RequestTable(
         prompt_tokens=workload.prompt_tokens.astype(np.int64).copy(),
         output_tokens=workload.output_tokens.astype(np.int64).copy(),
+        prefix_id=workload.prefix_id.astype(np.int64).copy(),
+        session_id=workload.session_id.astype(np.int64).copy(),
     )
-    kv = BlockManager(memory.num_blocks, engine.block_size, len(requests))
+    prefixes = None
+    if engine.enable_prefix_caching:
+        prefixes = PrefixStructure(
+            workload.prefix_id.astype(np.int64),
+            workload.prefix_tokens.astype(np.int64),
+            workload.session_id.astype(np.int64),
+        )
+    kv = BlockManager(memory.num_blocks, engine.block_size, len(requests), prefixes)
     scheduler = Scheduler(
         SchedulerConfig(
             engine.max_num_seqs,
@@ -217,7 +230,12 @@ def build_simulation(
         check_invariants=check_invariants,
     )
     arrivals = ArrivalSchedule(
-        len(requests), workload.arrival_at_s, workload.concurrency, workload.think_time_s
+        len(requests),
+        workload.arrival_at_s,
+        workload.concurrency,
+        workload.think_time_s,
+        workload.next_turn,
+        workload.turn_think_time_s,
     )
     return Simulation(scenario, engine, model, workload, strategy, memory, plan, core, arrivals)
 
@@ -280,6 +298,7 @@ def execute(
             scenario.measurement.warmup_requests,
             simulation.memory.num_blocks,
             scenario.speculation.method != "none",
+            simulation.engine.enable_prefix_caching,
         ),
         "wall_time_s": wall,
         "specsim_version": __version__,

@@ -66,6 +66,7 @@ class EngineConfig(BaseModel):
     kv_rollback: Literal["in_place", "scratch"] | None = None
     step_overhead_s: float | None = Field(default=None, ge=0)
     per_sequence_overhead_s: float | None = Field(default=None, ge=0)
+    enable_prefix_caching: bool | None = None
     profile: str | None = None
     fast_forward: bool = True
 
