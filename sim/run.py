@@ -255,6 +255,7 @@ def _check_lengths(
             f"workload: {int(too_long.sum())} requests exceed {model.name}'s context of "
             f"{model.spec.max_context_tokens} tokens (request {first}: {int(total[first])}); "
             "set workload.max_prompt_tokens / max_output_tokens"
+            + (" or fewer workload.sessions.num_turns" if workload.has_sessions else "")
         )
     if not engine.chunked_prefill and int(total.max()) > engine.max_num_batched_tokens:
         # Without chunking a prompt, or a preempted request's recompute of prompt + output, must

@@ -95,6 +95,26 @@ class BlockManager:
         """Distinct named blocks some request holds."""
         return len(self.cache) - self.cache.num_free
 
+    def room_without_eviction(self, requests: IntArray) -> int:
+        """Pool blocks ``requests`` (all the running ones) could hold evicting no cached block."""
+        room = self.num_free_unnamed + int(self.held[requests].sum())
+        if self.caching:
+            room += self.num_named_held - int(self.num_shared[requests].sum())
+        return room
+
+    def pool_blocks(
+        self, requests: IntArray, table_blocks: IntArray, active: NDArray[np.bool_]
+    ) -> IntArray:
+        """Pool blocks per step of a stretch from the sum ``table_blocks`` of the block tables of
+        ``requests`` active in each step (``active``: request × step): a named block several
+        requests hold is one block of the pool, and none is named or freed within a stretch."""
+        if not self.caching:
+            return table_blocks
+        shared = self.num_shared[requests]
+        if not shared.any():
+            return table_blocks
+        return table_blocks - (shared[:, None] * active).sum(axis=0) + self.num_named_held
+
     def lookup(self, request: int, max_tokens: int) -> list[BlockKey]:
         """Keys of the longest cached prefix of ``request`` within its first ``max_tokens``."""
         if self.prefixes is None:

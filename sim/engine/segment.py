@@ -169,7 +169,7 @@ def plan_segment(
         blocks = (
             (blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)) * active
         ).sum(axis=0)
-    blocks = _pool_blocks(core, ids, blocks, active)
+    blocks = core.kv.pool_blocks(ids, blocks, active)
     length = _steps_that_fit(core, ids, tokens, blocks, finish_step, m, through_finishes)
     if length == 0:
         return None
@@ -229,35 +229,17 @@ def _steps_that_fit(
     the running sequences can hold, and none after the first (or, through finishes, the last)
     completion."""
     kv = core.kv
-    # Room without evicting a cached block: eviction order would then depend on how the steps
-    # are grouped; the scheduler's path, step by step, takes those steps.
-    capacity = kv.num_free_unnamed + int(kv.held[ids].sum())
-    if kv.caching:
-        capacity += kv.num_named_held - int(kv.num_shared[ids].sum())
+    # Room without evicting a cached block (stepping takes steps that evict, in order).
+    capacity = kv.room_without_eviction(ids)
     ok = (tokens <= core.scheduler.config.max_num_batched_tokens) & (blocks <= capacity)
     length = m if ok.all() else int(np.argmin(ok))
     last = int(finish_step.max()) if through_finishes else int(finish_step.min())
     if through_finishes and kv.caching:
-        # A shareable request's end names its blocks and caches them in the free queue: the
-        # stretch stops there, so cached blocks join the queue in the order stepping gives.
+        # A shareable request's end caches its blocks: stop there, to queue them as stepping does.
         shareable = kv.hash_limit_tokens[ids] > 0
         if shareable.any():
             last = min(last, int(finish_step[shareable].min()))
     return min(length, last + 1)
-
-
-def _pool_blocks(
-    core: EngineCore, ids: IntArray, blocks: IntArray, active: NDArray[np.bool_]
-) -> IntArray:
-    """Blocks the pool holds at each step, from the sum of the sequences' block tables
-    ``blocks``: a named block shared by several sequences is one block of the pool."""
-    kv = core.kv
-    if not kv.caching:
-        return blocks
-    shared = kv.num_shared[ids]
-    if not shared.any():
-        return blocks
-    return blocks - (shared[:, None] * active).sum(axis=0) + kv.num_named_held
 
 
 def _plan_plain(
@@ -290,7 +272,7 @@ def _plan_plain(
             axis=0
         ) + num_seqs * int(blocks_for(take - 1, kv.block_size))
     tokens = num_seqs * take
-    blocks = _pool_blocks(core, ids, blocks, active)
+    blocks = core.kv.pool_blocks(ids, blocks, active)
     length = _steps_that_fit(core, ids, tokens, blocks, finish_step, m, through_finishes)
     if length == 0:
         return None
