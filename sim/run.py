@@ -55,6 +55,11 @@ REQUEST_COLUMNS = (
 )
 
 
+#: Methods whose drafter reads the target's hidden states (vLLM's SpeculativeConfig.use_eagle():
+#: eagle, eagle3, mtp in vllm/config/speculative.py; EAGLE-2 trees run as eagle there).
+HIDDEN_STATE_DRAFTERS = ("eagle", "eagle2", "eagle3", "mtp")
+
+
 def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> EnginePreset:
     """The engine settings in force: the scenario's keys over the calibrated profile's overheads
     (if ``engine.profile`` is set) over the preset's defaults.
@@ -214,6 +219,8 @@ def build_simulation(
             engine.chunked_prefill,
             engine.kv_rollback,
             strategy.extra_tokens_per_decode,
+            drop_last_cached_block=engine.name == "vllm-v1"
+            and scenario.speculation.method in HIDDEN_STATE_DRAFTERS,
         ),
         requests,
         kv,

@@ -37,6 +37,10 @@ class SchedulerConfig:
     #: Tokens a decode step computes besides the input token and the drafts (lookahead decoding's
     #: Jacobi window and n-gram guesses): they take budget and KV slots but are never committed.
     extra_tokens_per_decode: int = 0
+    #: Recompute the last block of a prefix-cache hit: a drafter reading the target's hidden
+    #: states needs them there (vLLM V1 with EAGLE/MTP: FullAttentionManager.find_longest_cache_hit
+    #: in vllm/v1/core/single_type_kv_cache_manager.py pops the last matched block if use_eagle).
+    drop_last_cached_block: bool = False
 
     def __post_init__(self) -> None:
         if self.rollback_policy not in ROLLBACK_POLICIES:
@@ -295,6 +299,8 @@ class Scheduler:
                 # The longest cached prefix, short of the last token: that one is always
                 # computed, for its logits (vLLM: max_cache_hit_length = num_tokens - 1).
                 hits = kv.lookup(req, known - 1)
+                if cfg.drop_last_cached_block and hits:
+                    hits = hits[:-1]
                 computed = len(hits) * kv.block_size
             want = known - computed
             if want > budget and not cfg.chunked_prefill:

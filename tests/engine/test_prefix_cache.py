@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from sim.engine.drafter import StepPlan
 from sim.engine.kv_cache import BlockManager
 from sim.engine.prefix_cache import PREFIX, SESSION, PrefixCache, PrefixStructure
+from sim.engine.requests import RequestTable
+from sim.engine.scheduler import Scheduler, SchedulerConfig
 from sim.errors import InvariantError
 
 from .harness import EngineSetup, Monitor, build_core, check_finished, record_of, run_node
@@ -170,3 +173,30 @@ def test_caching_never_adds_prefill_and_saves_exactly_the_hits(setup: EngineSetu
     assert prefill_off == int(setup.prompt_tokens.sum())
     assert prefill_on == prefill_off - cached
     assert (on.requests.num_cached_tokens <= on.requests.prompt_tokens - 1).all()
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_admission_starts_after_the_cached_prefix(drop_last: bool) -> None:
+    """Four cached blocks of a 64-token system prompt: the next request with that prompt (80
+    tokens) prefills 16 tokens, or 32 when a hidden-state drafter recomputes the last block; a
+    prompt that is exactly the prefix still computes its last block."""
+    structure = _structure([0, 0, 0], [64, 64, 64], [-1, -1, -1])
+    requests = RequestTable(prompt_tokens=np.array([64, 80, 64]), output_tokens=np.array([4, 4, 4]))
+    kv = BlockManager(16, 16, 3, structure)
+    config = SchedulerConfig(8, 8192, True, drop_last_cached_block=drop_last)
+    scheduler = Scheduler(config, requests, kv, StepPlan.without_speculation(3))
+    scheduler.add_waiting(np.array([0]))
+    batch = scheduler.schedule(0.0)
+    assert batch.num_new_tokens.tolist() == [64] and kv.num_shared[0] == 4
+    requests.num_computed_tokens[0] = 64
+    scheduler.finish(np.array([0]))
+    assert kv.cache.num_free == 4
+    scheduler.add_waiting(np.array([1, 2]))
+    batch = scheduler.schedule(1.0)
+    lost = 16 if drop_last else 0
+    assert batch.num_new_tokens.tolist() == [16 + lost, 16 + lost]
+    assert requests.num_cached_tokens[1:].tolist() == [64 - lost, 48 - lost]
+    assert kv.cache.refcount[(PREFIX, 0, 0)] == 2
+    # A recomputed last block duplicates the cached one, which stays cached and free.
+    assert kv.cache.num_free == (1 if drop_last else 0)
+    scheduler.check_invariants()
