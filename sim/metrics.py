@@ -85,8 +85,12 @@ def summarize(
     warmup_requests: int,
     num_kv_blocks: int,
     speculative: bool,
+    prefix_caching: bool = False,
 ) -> dict[str, Any]:
-    """The run's headline metrics from its records (keys of the public ``summary.json``)."""
+    """The run's headline metrics from its records (keys of the public ``summary.json``).
+
+    ``prefix_cache_hit_rate`` is None when prefix caching is off.
+    """
     n = len(requests["prompt_tokens"])
     measured = np.arange(n) >= warmup_requests
     done = measured & ~np.isnan(requests["finished_at_s"])
@@ -159,4 +163,10 @@ def summarize(
         if len(start)
         else 0.0,
         "num_preemptions": int(requests["num_preemptions"].sum()),
+        # vLLM's vllm:prefix_cache_hits / vllm:prefix_cache_queries, counted once per request.
+        "prefix_cache_hit_rate": float(
+            requests["num_cached_tokens"][done].sum() / prompt_tokens.sum()
+        )
+        if prefix_caching and prompt_tokens.sum() > 0
+        else None,
     }

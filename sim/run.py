@@ -26,6 +26,7 @@ from sim.engine.drafter import StepPlan
 from sim.engine.kv_cache import BlockManager, blocks_for
 from sim.engine.memory import MemoryPlan, plan_memory
 from sim.engine.node import ArrivalSchedule, ServingNode
+from sim.engine.prefix_cache import PrefixStructure
 from sim.engine.presets import SETTINGS, EnginePreset, get_preset
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
@@ -49,7 +50,15 @@ REQUEST_COLUMNS = (
     "num_decode_steps",
     "num_drafted",
     "num_accepted",
+    "num_cached_tokens",
+    "prefix_id",
+    "session_id",
 )
+
+
+#: Methods whose drafter reads the target's hidden states (vLLM's SpeculativeConfig.use_eagle():
+#: eagle, eagle3, mtp in vllm/config/speculative.py; EAGLE-2 trees run as eagle there).
+HIDDEN_STATE_DRAFTERS = ("eagle", "eagle2", "eagle3", "mtp")
 
 
 def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> EnginePreset:
@@ -233,8 +242,17 @@ def build_simulation(
     requests = RequestTable(
         prompt_tokens=workload.prompt_tokens.astype(np.int64).copy(),
         output_tokens=workload.output_tokens.astype(np.int64).copy(),
+        prefix_id=workload.prefix_id.astype(np.int64).copy(),
+        session_id=workload.session_id.astype(np.int64).copy(),
     )
-    kv = BlockManager(memory.num_blocks, engine.block_size, len(requests))
+    prefixes = None
+    if engine.enable_prefix_caching:
+        prefixes = PrefixStructure(
+            workload.prefix_id.astype(np.int64),
+            workload.prefix_tokens.astype(np.int64),
+            workload.session_id.astype(np.int64),
+        )
+    kv = BlockManager(memory.num_blocks, engine.block_size, len(requests), prefixes)
     scheduler = Scheduler(
         SchedulerConfig(
             engine.max_num_seqs,
@@ -242,6 +260,8 @@ def build_simulation(
             engine.chunked_prefill,
             engine.kv_rollback,
             strategy.extra_tokens_per_decode,
+            drop_last_cached_block=engine.name == "vllm-v1"
+            and scenario.speculation.method in HIDDEN_STATE_DRAFTERS,
         ),
         requests,
         kv,
@@ -258,7 +278,12 @@ def build_simulation(
         check_invariants=check_invariants,
     )
     arrivals = ArrivalSchedule(
-        len(requests), workload.arrival_at_s, workload.concurrency, workload.think_time_s
+        len(requests),
+        workload.arrival_at_s,
+        workload.concurrency,
+        workload.think_time_s,
+        workload.next_turn,
+        workload.turn_think_time_s,
     )
     return Simulation(scenario, engine, model, workload, strategy, memory, plan, core, arrivals)
 
@@ -278,6 +303,7 @@ def _check_lengths(
             f"workload: {int(too_long.sum())} requests exceed {model.name}'s context of "
             f"{model.spec.max_context_tokens} tokens (request {first}: {int(total[first])}); "
             "set workload.max_prompt_tokens / max_output_tokens"
+            + (" or fewer workload.sessions.num_turns" if workload.has_sessions else "")
         )
     if not engine.chunked_prefill and int(total.max()) > engine.max_num_batched_tokens:
         # Without chunking a prompt, or a preempted request's recompute of prompt + output, must
@@ -321,6 +347,7 @@ def execute(
             scenario.measurement.warmup_requests,
             simulation.memory.num_blocks,
             scenario.speculation.method != "none",
+            simulation.engine.enable_prefix_caching,
         ),
         "wall_time_s": wall,
         "specsim_version": __version__,

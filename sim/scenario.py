@@ -81,6 +81,7 @@ class EngineConfig(BaseModel):
     per_sequence_overhead_s: float | None = Field(default=None, ge=0)
     per_layer_overhead_s: float | None = Field(default=None, ge=0)
     per_token_overhead_s: float | None = Field(default=None, ge=0)
+    enable_prefix_caching: bool | None = None
     profile: str | None = None
     fast_forward: bool = True
 

@@ -25,6 +25,8 @@ wherever the benchmark defines the metric. Times are in seconds in the tables an
 | `num_preemptions` | times it was preempted (recompute: its KV freed, prefilled again later) |
 | `num_decode_steps` | verify/decode steps it took part in |
 | `num_drafted`, `num_accepted` | draft tokens proposed to it and accepted |
+| `num_cached_tokens` | prompt tokens its first admission found in the prefix cache (vLLM's `Request.num_cached_tokens`; 0 with caching off) |
+| `prefix_id`, `session_id` | the shared prefix and the multi-turn session it belongs to (-1: none; docs/prefix-caching.md) |
 | `ttft_s`, `e2e_latency_s` | derived, as below |
 
 ## Per step (`steps.csv`)
@@ -58,6 +60,7 @@ is *D*. The run always drains: it ends when every request has finished.
 | `total_token_throughput_tok_s` | Σ (prompt + output tokens) of *M* / *D* |
 | `mean_acceptance_length` | `1 + Σ accepted / Σ verify steps` over *M*: tokens per sequence per verify step, bonus included (vLLM ≥ 0.9 and the EAGLE papers' τ); 1.0 without speculation |
 | `draft_acceptance_rate` | `Σ accepted / Σ drafted` over *M*; null without speculation |
+| `prefix_cache_hit_rate` | `Σ num_cached_tokens / Σ prompt_tokens` over *M*: prompt tokens served from the prefix cache per prompt token, vLLM's `vllm:prefix_cache_hits / vllm:prefix_cache_queries` (both counted in `get_computed_blocks`, vllm/v1/core/kv_cache_manager.py: `queries += request.num_tokens`, `hits += num_new_computed_tokens`), counted once per request: vLLM also counts a preempted request's readmission; null with caching off |
 | `mean_batch_size` | mean of `num_seqs` over steps starting inside the window |
 | `mean_tokens_per_step` | mean of `num_tokens` over the same steps |
 | `kv_cache_peak_usage` | max `kv_blocks_used` / blocks in the pool |

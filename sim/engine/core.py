@@ -123,6 +123,8 @@ class EngineCore:
         waiting = np.fromiter(s.waiting, dtype=np.int64, count=len(s.waiting))
         if (r.num_emitted[waiting] > 0).any() or (r.num_computed_tokens[waiting] > 0).any():
             return None  # a preempted request recomputes prompt and output: the general path
+        if self.kv.caching and (self.kv.hash_limit_tokens[waiting] > 0).any():
+            return None  # a prefix-cache hit shortens its prefill: the scheduler's path
         running = s.running
         if len(running) and not (
             s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()

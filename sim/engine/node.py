@@ -29,7 +29,10 @@ class ArrivalSchedule:
 
     Open loop: ``arrival_at_s`` gives every request's arrival. Closed loop: ``concurrency`` clients
     each send request after request (in request order), the next one ``think_time_s`` after the
-    previous finishes. Raise ValueError if neither or both are given.
+    previous finishes. Sessions: ``next_turn[i]`` (-1: none) is sent ``turn_think_time_s`` after
+    request ``i`` finishes; the open-loop times are then given for first turns only (NaN for the
+    others), and a closed-loop client starts its next session when its session's last turn ends.
+    Raise ValueError if neither or both of ``arrival_at_s`` and ``concurrency`` are given.
     """
 
     def __init__(
@@ -38,29 +41,46 @@ class ArrivalSchedule:
         arrival_at_s: FloatArray | None = None,
         concurrency: int | None = None,
         think_time_s: float = 0.0,
+        next_turn: IntArray | None = None,
+        turn_think_time_s: float = 0.0,
     ) -> None:
         if (arrival_at_s is None) == (concurrency is None):
             raise ValueError("give exactly one of arrival_at_s and concurrency")
         self.num_requests = num_requests
         self.think_time_s = think_time_s
-        self._open = arrival_at_s is not None
+        self._turns = next_turn is not None and bool((next_turn >= 0).any())
+        self._next_turn = np.asarray(next_turn if self._turns else [], dtype=np.int64)
+        self.turn_think_time_s = turn_think_time_s
+        # Sessions release turns on finishes, like a closed loop: every arrival goes by the heap.
+        self._open = arrival_at_s is not None and not self._turns
         self._times: FloatArray = (
             np.asarray(arrival_at_s, dtype=np.float64) if arrival_at_s is not None else np.zeros(0)
         )
         self._next = 0  # open loop: index of the next arrival not yet released
         self._heap: list[tuple[float, int]] = []
         self._issued = 0
+        # Requests a closed-loop client starts (session first turns, or every request).
+        self._starts: list[int] = list(range(num_requests))
+        if self._turns:
+            is_first = np.ones(num_requests, dtype=bool)
+            is_first[self._next_turn[self._next_turn >= 0]] = False
+            self._starts = np.flatnonzero(is_first).tolist()
+            if arrival_at_s is not None:
+                for request in self._starts:
+                    self._issue(float(self._times[request]), request)
+                self._starts = []
+        self._starts.reverse()  # popped from the end, in request order
         if concurrency is not None:
-            for _ in range(min(concurrency, num_requests)):
-                self._issue(0.0)
+            for _ in range(min(concurrency, len(self._starts))):
+                self._issue(0.0, self._starts.pop())
 
-    def _issue(self, at_s: float) -> None:
-        heapq.heappush(self._heap, (at_s, self._issued))
+    def _issue(self, at_s: float, request: int) -> None:
+        heapq.heappush(self._heap, (at_s, request))
         self._issued += 1
 
     @property
     def is_closed_loop(self) -> bool:
-        """Whether arrivals are issued by clients when their previous request finishes."""
+        """Whether arrivals are issued when earlier requests finish (clients or sessions)."""
         return not self._open
 
     def next_at_s(self) -> float:
@@ -92,12 +112,16 @@ class ArrivalSchedule:
         return np.searchsorted(heap_times, times_s, side="right").astype(np.int64)
 
     def on_finish(self, ids: IntArray, at_s: float) -> None:
-        """Closed loop: each finished request's client sends its next request."""
+        """Each finished request releases its session's next turn, or its client's next
+        request (closed loop)."""
         if self._open:
             return
-        for _ in range(len(ids)):
-            if self._issued < self.num_requests:
-                self._issue(at_s + self.think_time_s)
+        for request in ids.tolist():
+            follow = int(self._next_turn[request]) if self._turns else -1
+            if follow >= 0:
+                self._issue(at_s + self.turn_think_time_s, follow)
+            elif self._starts:
+                self._issue(at_s + self.think_time_s, self._starts.pop())
 
     def exhausted(self) -> bool:
         """True when every request has been released."""

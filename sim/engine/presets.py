@@ -25,6 +25,7 @@ SETTINGS = (
     "kv_rollback",
     "step_overhead_s",
     "per_sequence_overhead_s",
+    "enable_prefix_caching",
 )
 
 
@@ -44,6 +45,7 @@ class EnginePreset:
     per_sequence_overhead_s: float
     reserved_memory_bytes: float
     calibration: dict[str, Any]
+    enable_prefix_caching: bool = True
 
 
 @cache
@@ -65,6 +67,7 @@ def _presets() -> dict[str, EnginePreset]:
             per_sequence_overhead_s=float(entry["per_sequence_overhead_s"]),
             reserved_memory_bytes=float(entry["reserved_memory_bytes"]),
             calibration=dict(entry["calibration"]),
+            enable_prefix_caching=bool(entry["enable_prefix_caching"]),
         )
     return out
 

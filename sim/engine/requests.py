@@ -22,12 +22,20 @@ NOT_ARRIVED, WAITING, RUNNING, FINISHED = 0, 1, 2, 3
 class RequestTable:
     """Columns of per-request state; every array has one entry per request.
 
+    Raise ValueError if ``prefix_id`` or ``session_id`` is given with the wrong length.
+
     ``num_computed_tokens`` is the logical KV length (tokens whose KV is committed);
     the tokens a request knows are its prompt plus the tokens emitted so far.
+    ``prefix_id``/``session_id``: the shared prefix and the multi-turn session the request belongs
+    to (-1: none), for routers that send related requests to one node; ``num_cached_tokens``:
+    prompt tokens its first admission found in the prefix cache (vLLM's
+    ``Request.num_cached_tokens``).
     """
 
     prompt_tokens: IntArray
     output_tokens: IntArray
+    prefix_id: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    session_id: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     arrival_at_s: FloatArray = field(init=False)
     scheduled_at_s: FloatArray = field(init=False)
     first_token_at_s: FloatArray = field(init=False)
@@ -40,10 +48,17 @@ class RequestTable:
     num_decode_steps: IntArray = field(init=False)
     num_drafted: IntArray = field(init=False)
     num_accepted: IntArray = field(init=False)
+    num_cached_tokens: IntArray = field(init=False)
     state: NDArray[np.int8] = field(init=False)
 
     def __post_init__(self) -> None:
         n = len(self.prompt_tokens)
+        if len(self.prefix_id) == 0:
+            self.prefix_id = np.full(n, -1, dtype=np.int64)
+        if len(self.session_id) == 0:
+            self.session_id = np.full(n, -1, dtype=np.int64)
+        if len(self.prefix_id) != n or len(self.session_id) != n:
+            raise ValueError("prefix_id and session_id need one entry per request")
         nan = np.full(n, np.nan)
         self.arrival_at_s = nan.copy()
         self.scheduled_at_s = nan.copy()
@@ -58,6 +73,7 @@ class RequestTable:
             "num_decode_steps",
             "num_drafted",
             "num_accepted",
+            "num_cached_tokens",
         ):
             setattr(self, name, np.zeros(n, dtype=np.int64))
         self.state = np.full(n, NOT_ARRIVED, dtype=np.int8)

@@ -37,6 +37,10 @@ class SchedulerConfig:
     #: Tokens a decode step computes besides the input token and the drafts (lookahead decoding's
     #: Jacobi window and n-gram guesses): they take budget and KV slots but are never committed.
     extra_tokens_per_decode: int = 0
+    #: Recompute the last block of a prefix-cache hit: a drafter reading the target's hidden
+    #: states needs them there (vLLM V1 with EAGLE/MTP: FullAttentionManager.find_longest_cache_hit
+    #: in vllm/v1/core/single_type_kv_cache_manager.py pops the last matched block if use_eagle).
+    drop_last_cached_block: bool = False
 
     def __post_init__(self) -> None:
         if self.rollback_policy not in ROLLBACK_POLICIES:
@@ -83,9 +87,10 @@ class Scheduler:
         self.requests.state[ids] = WAITING
 
     def finish(self, ids: IntArray) -> None:
-        """Retire finished requests and return their blocks."""
+        """Retire finished requests and return their blocks (shareable full blocks stay cached)."""
         if len(ids) == 0:
             return
+        self._cache_computed(ids)
         self.kv.free(ids)
         self.requests.state[ids] = FINISHED
         self.running = self.running[self.requests.state[self.running] == RUNNING]
@@ -94,12 +99,37 @@ class Scheduler:
         """Preempt the most recently admitted running request (recompute): back to the front."""
         victim = int(self.running[-1])
         self.running = self.running[:-1]
+        self._cache_computed(np.array([victim]))
         self.kv.free(np.array([victim]))
         self.requests.num_computed_tokens[victim] = 0
         self.requests.num_preemptions[victim] += 1
         self.requests.state[victim] = WAITING
         self.waiting.appendleft(victim)
         return victim
+
+    def _cache_computed(self, ids: IntArray) -> None:
+        """Name the shareable full blocks of ``ids``'s computed tokens before they are freed: a
+        session's answer is part of the history its next turn resends (vLLM caches each block
+        as it fills; no other request can ask for an answer's blocks before the turn ends)."""
+        kv = self.kv
+        if not kv.caching:
+            return
+        computed = self.requests.num_computed_tokens
+        for request in ids[kv.hash_limit_tokens[ids] > 0].tolist():
+            kv.cache_blocks(request, int(computed[request]))
+
+    def _cache_scheduled(self, ids: IntArray, take: IntArray, is_dec: NDArray[np.bool_]) -> None:
+        """Name the shareable blocks that this step's prefill chunks fill (vLLM caches them when
+        it schedules the chunk, so a request admitted later in the same step already hits)."""
+        kv = self.kv
+        if not kv.caching or len(ids) == 0:
+            return
+        chunk = ~is_dec & (kv.hash_limit_tokens[ids] > 0)
+        if not chunk.any():
+            return
+        computed = self.requests.num_computed_tokens
+        for request, num_new in zip(ids[chunk].tolist(), take[chunk].tolist(), strict=True):
+            kv.cache_blocks(request, int(computed[request]) + num_new)
 
     # --- queries ----------------------------------------------------------------------------
     def decode_mask(self, ids: IntArray) -> NDArray[np.bool_]:
@@ -154,6 +184,7 @@ class Scheduler:
                 )
             else:
                 kv.grant(ids, need)
+            self._cache_scheduled(ids, take, is_dec)
             scratch_blocks = int(scratch.sum())
             kv.reserve_scratch(scratch_blocks)
             budget -= int(take.sum())
@@ -261,13 +292,24 @@ class Scheduler:
         num_running = len(self.running)
         while self.waiting and budget > 0 and num_running < cfg.max_num_seqs:
             req = self.waiting[0]
-            want = int(r.prompt_tokens[req] + r.num_emitted[req] - r.num_computed_tokens[req])
+            known = int(r.prompt_tokens[req] + r.num_emitted[req])
+            computed = int(r.num_computed_tokens[req])
+            hits = []
+            if kv.caching and computed == 0 and kv.hash_limit_tokens[req] > 0:
+                # The longest cached prefix, short of the last token: that one is always
+                # computed, for its logits (vLLM: max_cache_hit_length = num_tokens - 1).
+                hits = kv.lookup(req, known - 1)
+                if cfg.drop_last_cached_block and hits:
+                    hits = hits[:-1]
+                computed = len(hits) * kv.block_size
+            want = known - computed
             if want > budget and not cfg.chunked_prefill:
                 break
             take = min(want, budget)
-            slots = int(r.num_computed_tokens[req]) + take
-            need = max(-(-slots // kv.block_size) - int(kv.held[req]), 0)
-            if need > kv.num_free:
+            slots = computed + take
+            need = max(-(-slots // kv.block_size) - int(kv.held[req]) - len(hits), 0)
+            # Hit blocks no one holds leave the free pool too: they cannot also be evicted.
+            if need + (kv.cache.num_free_among(hits) if hits else 0) > kv.num_free:
                 if num_running == 0:
                     raise ScenarioError(
                         f"request {req} needs {-(-slots // kv.block_size)} KV blocks for its "
@@ -275,13 +317,18 @@ class Scheduler:
                         "gpu_memory_utilization or lower max_num_batched_tokens"
                     )
                 break
-            kv.held[req] += need
-            kv.num_free -= need
+            if hits:
+                kv.acquire_cached(req, hits)
+                r.num_computed_tokens[req] = computed
+            kv.grow(req, need)
+            if kv.caching and kv.hash_limit_tokens[req] > 0:
+                kv.cache_blocks(req, slots)
             self.waiting.popleft()
             num_running += 1
             r.state[req] = RUNNING
             if np.isnan(r.scheduled_at_s[req]):
                 r.scheduled_at_s[req] = now_s
+                r.num_cached_tokens[req] = computed
             ids.append(req)
             takes.append(take)
             budget -= take
@@ -309,4 +356,6 @@ class Scheduler:
             raise InvariantError("a request computed more tokens than it knows")
         if (r.num_emitted > r.output_tokens).any():
             raise InvariantError("a request emitted more tokens than its output length")
+        if (self.kv.held[r.state != RUNNING] != 0).any():
+            raise InvariantError("a request that is not running holds KV blocks")
         self.kv.check_invariants(scratch_blocks)

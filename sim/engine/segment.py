@@ -169,6 +169,7 @@ def plan_segment(
         blocks = (
             (blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)) * active
         ).sum(axis=0)
+    blocks = core.kv.pool_blocks(ids, blocks, active)
     length = _steps_that_fit(core, ids, tokens, blocks, finish_step, m, through_finishes)
     if length == 0:
         return None
@@ -228,10 +229,16 @@ def _steps_that_fit(
     the running sequences can hold, and none after the first (or, through finishes, the last)
     completion."""
     kv = core.kv
-    capacity = kv.num_free + int(kv.held[ids].sum())
+    # Room without evicting a cached block (stepping takes steps that evict, in order).
+    capacity = kv.room_without_eviction(ids)
     ok = (tokens <= core.scheduler.config.max_num_batched_tokens) & (blocks <= capacity)
     length = m if ok.all() else int(np.argmin(ok))
     last = int(finish_step.max()) if through_finishes else int(finish_step.min())
+    if through_finishes and kv.caching:
+        # A shareable request's end caches its blocks: stop there, to queue them as stepping does.
+        shareable = kv.hash_limit_tokens[ids] > 0
+        if shareable.any():
+            last = min(last, int(finish_step[shareable].min()))
     return min(length, last + 1)
 
 
@@ -265,6 +272,7 @@ def _plan_plain(
             axis=0
         ) + num_seqs * int(blocks_for(take - 1, kv.block_size))
     tokens = num_seqs * take
+    blocks = core.kv.pool_blocks(ids, blocks, active)
     length = _steps_that_fit(core, ids, tokens, blocks, finish_step, m, through_finishes)
     if length == 0:
         return None
@@ -347,9 +355,7 @@ def commit_segment(
     r.last_emit_step[ids] = core.num_steps + last_step
     # KV: each sequence ends holding exactly the blocks of its committed tokens.
     kv.set_logical(ids, new_computed)
-    keep = blocks_for(new_computed, kv.block_size)
-    kv.num_free += int(kv.held[ids].sum() - keep.sum())
-    kv.held[ids] = keep
+    kv.set_held(ids, blocks_for(new_computed, kv.block_size))
     num_decode_seqs = segment.num_seqs[:length]
     num_prefill_seqs: IntArray | int = 0
     num_prefill_tokens: IntArray | int = 0

@@ -31,6 +31,7 @@ from sim.workload.lengths import (
     ReplayedLengths,
     UniformLengths,
 )
+from sim.workload.sharing import mean_prompt_tokens, num_sessions, share
 from sim.workload.trace import (
     TraceRequests,
     read_length_values,
@@ -54,7 +55,10 @@ class Workload:
     """Every request of a run, in request order, with the processes that generated them.
 
     ``arrival_at_s`` is None for a closed loop: then ``concurrency`` clients each send their next
-    request ``think_time_s`` after their previous one finishes. The arrays are read-only.
+    request ``think_time_s`` after their previous one finishes. With sessions it holds the first
+    turns' arrivals only (NaN for later turns): ``next_turn[i]`` is sent ``turn_think_time_s``
+    after request ``i`` finishes (-1: none). ``prefix_id``/``prefix_tokens``/``session_id`` say
+    what a request shares (see :mod:`sim.workload.sharing`). The arrays are read-only.
     """
 
     prompt_tokens: np.ndarray
@@ -67,6 +71,17 @@ class Workload:
     arrival_process: ArrivalProcess | None
     prompt_length: LengthDistribution
     output_length: LengthDistribution
+    prefix_id: np.ndarray
+    prefix_tokens: np.ndarray
+    session_id: np.ndarray
+    next_turn: np.ndarray
+    turn_think_time_s: float
+    mean_prompt_tokens: float
+
+    @property
+    def has_sessions(self) -> bool:
+        """Whether later turns are released by earlier turns' finishes."""
+        return bool((self.next_turn >= 0).any())
 
     @property
     def num_requests(self) -> int:
@@ -80,7 +95,7 @@ class Workload:
         """
         mean_gap_s = None if self.arrival_process is None else self.arrival_process.mean
         return {
-            "mean_prompt_tokens": self.prompt_length.mean,
+            "mean_prompt_tokens": self.mean_prompt_tokens,
             "mean_output_tokens": self.output_length.mean,
             "mean_gap_s": mean_gap_s,
             "request_rate_per_s": 1.0 / mean_gap_s if mean_gap_s else None,
@@ -167,16 +182,28 @@ def build_workload(config: WorkloadConfig, streams: RandomStreams, base_dir: Pat
         base_dir,
     )
 
-    arrival_at_s = None
-    if arrival_process is not None:
-        arrival_at_s = _read_only(
-            arrival_process.sample_arrival_times(num_requests, streams.stream("arrivals"))
-        )
     closed_loop = config.arrival if isinstance(config.arrival, ClosedLoopArrivalConfig) else None
     prompt_tokens = prompt_length.sample(num_requests, streams.stream("prompt_tokens"))
     output_tokens = output_length.sample(num_requests, streams.stream("output_tokens"))
     if len(prompt_tokens) != num_requests or len(output_tokens) != num_requests:
         raise InvariantError(f"workload: the generators did not yield {num_requests} requests")
+    shared = None
+    if config.prefix is not None or config.sessions is not None:
+        shared = share(
+            prompt_tokens, output_tokens, config.prefix, config.sessions, streams.stream("prefixes")
+        )
+        prompt_tokens = shared.prompt_tokens
+    arrival_at_s = None
+    if arrival_process is not None:
+        # With sessions the process times new conversations; later turns follow answers.
+        num_starts = num_sessions(num_requests, config.sessions)
+        starts = arrival_process.sample_arrival_times(num_starts, streams.stream("arrivals"))
+        if shared is not None and config.sessions is not None:
+            times = np.full(num_requests, np.nan)
+            times[shared.first_turns] = starts
+            starts = times
+        arrival_at_s = _read_only(starts)
+    minus_one = np.full(num_requests, -1, dtype=np.int64)
     return Workload(
         prompt_tokens=_read_only(prompt_tokens),
         output_tokens=_read_only(output_tokens),
@@ -188,4 +215,14 @@ def build_workload(config: WorkloadConfig, streams: RandomStreams, base_dir: Pat
         arrival_process=arrival_process,
         prompt_length=prompt_length,
         output_length=output_length,
+        prefix_id=_read_only(minus_one.copy() if shared is None else shared.prefix_id),
+        prefix_tokens=_read_only(
+            np.zeros_like(minus_one) if shared is None else shared.prefix_tokens
+        ),
+        session_id=_read_only(minus_one.copy() if shared is None else shared.session_id),
+        next_turn=_read_only(minus_one.copy() if shared is None else shared.next_turn),
+        turn_think_time_s=0.0 if config.sessions is None else config.sessions.think_time_s,
+        mean_prompt_tokens=mean_prompt_tokens(
+            prompt_length.mean, output_length.mean, config.prefix, config.sessions
+        ),
     )

@@ -27,6 +27,9 @@ Length distributions (``prompt_tokens`` and ``output_tokens``, ``distribution``)
   trace arrival are an error.
 
 Every length is an integer clipped to ``[1, max_*_tokens]`` (no upper cap when the cap is absent).
+
+Shared prefixes (``prefix``) and multi-turn sessions (``sessions``) are described in
+:mod:`sim.workload.sharing`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sim.workload.sharing import PrefixConfig, SessionConfig
 
 _FROZEN_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -165,7 +170,8 @@ class WorkloadConfig(BaseModel):
     is what a dumped (resolved) scenario shows.
 
     Raise pydantic ValidationError on an unknown key, a wrong type, a value out of range, ``trace``
-    lengths without a trace arrival, or a closed loop with more clients than requests.
+    lengths without a trace arrival, sessions with a trace arrival, or a closed loop with more
+    clients than requests.
     """
 
     model_config = _FROZEN_STRICT
@@ -178,6 +184,8 @@ class WorkloadConfig(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=0.0, ge=0)
     dataset: str | None = "mt-bench"
+    prefix: PrefixConfig | None = None
+    sessions: SessionConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -209,6 +217,11 @@ class WorkloadConfig(BaseModel):
                     f"got {self.arrival.process!r}"
                 )
         arrival = self.arrival
+        if self.sessions is not None and is_trace:
+            raise ValueError(
+                "sessions: a trace replays recorded arrivals; sessions need arrival.process "
+                "poisson, gamma or closed_loop"
+            )
         if isinstance(arrival, ClosedLoopArrivalConfig) and arrival.concurrency > self.num_requests:
             raise ValueError(
                 f"arrival.concurrency: {arrival.concurrency} clients exceed "

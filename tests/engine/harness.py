@@ -26,6 +26,7 @@ from sim.engine.core import EngineCore
 from sim.engine.drafter import NoDrafter, StepPlan
 from sim.engine.kv_cache import BlockManager
 from sim.engine.node import ArrivalSchedule, ServingNode
+from sim.engine.prefix_cache import PrefixStructure
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
@@ -63,17 +64,28 @@ class EngineSetup:
     think_time_s: float = 0.0
     #: The most drafts any verify step of ``plan`` accepts (a chain's k, a tree's depth).
     max_accepted: int = 0
+    #: What requests share (None: nothing) and whether the block manager caches prefixes.
+    prefixes: PrefixStructure | None = None
+    prefix_caching: bool = False
+    #: Sessions: the turn each request's finish releases (-1: none), ``turn_think_time_s`` later.
+    next_turn: IntArray | None = None
+    turn_think_time_s: float = 0.0
 
 
 def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
     """An engine core over ``setup``, checking its own invariants after every step."""
     n = len(setup.prompt_tokens)
+    prefixes = setup.prefixes if setup.prefixes is not None else PrefixStructure.none(n)
     requests = RequestTable(
         prompt_tokens=np.asarray(setup.prompt_tokens, dtype=np.int64).copy(),
         output_tokens=np.asarray(setup.output_tokens, dtype=np.int64).copy(),
+        prefix_id=prefixes.prefix_id.copy(),
+        session_id=prefixes.session_id.copy(),
     )
     plan = setup.plan if setup.plan is not None else StepPlan.without_speculation(n)
-    kv = BlockManager(setup.num_blocks, setup.block_size, n)
+    kv = BlockManager(
+        setup.num_blocks, setup.block_size, n, prefixes if setup.prefix_caching else None
+    )
     config = SchedulerConfig(
         setup.max_num_seqs,
         setup.max_num_batched_tokens,
@@ -109,12 +121,19 @@ def drive_node(
             len(setup.prompt_tokens),
             concurrency=setup.concurrency,
             think_time_s=setup.think_time_s,
+            next_turn=setup.next_turn,
+            turn_think_time_s=setup.turn_think_time_s,
         )
     else:
         times = setup.arrival_at_s
         if times is None:
             times = np.zeros(len(setup.prompt_tokens))
-        arrivals = ArrivalSchedule(len(setup.prompt_tokens), arrival_at_s=times)
+        arrivals = ArrivalSchedule(
+            len(setup.prompt_tokens),
+            arrival_at_s=times,
+            next_turn=setup.next_turn,
+            turn_think_time_s=setup.turn_think_time_s,
+        )
     env = simpy.Environment()
     node = ServingNode(env, core, arrivals)
     num_stretched = 0
@@ -185,6 +204,7 @@ def record_of(core: EngineCore) -> dict[str, NDArray[np.generic]]:
         "num_decode_steps",
         "num_drafted",
         "num_accepted",
+        "num_cached_tokens",
     ):
         out[f"request.{name}"] = getattr(r, name).copy()
     itl, itl_at = core.recorder.irregular_itl()
@@ -254,7 +274,11 @@ class Monitor:
         assert (r.num_computed_tokens[running] <= known[running] - 1).all()
         assert np.array_equal(kv.logical_tokens[running], r.num_computed_tokens[running])
         assert (kv.held[~running] == 0).all()
-        assert kv.num_free + int(kv.held.sum()) == kv.num_blocks
+        # A block shared by several requests is one block of the pool.
+        own = int((kv.held - kv.num_shared).sum())
+        assert kv.num_free + own + kv.num_named_held == kv.num_blocks
+        assert kv.num_free_unnamed >= 0
+        assert (r.num_cached_tokens <= np.maximum(r.prompt_tokens - 1, 0)).all()
         assert (r.num_emitted >= self.emitted).all(), "an emitted token was lost"
         assert (r.num_emitted <= r.output_tokens).all()
         d_emit = r.num_emitted - self.emitted

@@ -4,7 +4,7 @@
 one. Both must produce the same step rows, the same request rows and the same irregular ITL
 samples, bit for bit (``np.array_equal`` with NaNs equal), whatever the workload: speculation
 chains and trees, open and closed loops, KV pressure with preemption, chunked prefill under small
-budgets, either rollback policy.
+budgets, either rollback policy, prefix caching over shared prefixes and multi-turn sessions.
 """
 
 from __future__ import annotations
@@ -57,6 +57,12 @@ def test_identical_records_with_random_acceptance_plans(setup: EngineSetup) -> N
     event(f"fast-forwarded: {_both(setup) > 0}")
 
 
+@EQUIVALENCE
+@given(setup=engine_setups(speculative=True, sharing=True, prefix_caching=True))
+def test_identical_records_with_prefix_caching(setup: EngineSetup) -> None:
+    event(f"fast-forwarded: {_both(setup) > 0}")
+
+
 def test_a_long_decode_is_fast_forwarded_across_chunks() -> None:
     # 300 decode steps exceed several fast-forward chunks; the equivalence must hold across them.
     setup = EngineSetup(
@@ -86,6 +92,9 @@ def _scenario(**overrides: Any) -> dict[str, Any]:
     return document
 
 
+_PREFIX = {"num_shared_prefixes": 2, "shared_prefix_tokens": 200}
+_SESSIONS = {"num_turns": 3, "think_time_s": 0.02}
+
 SCENARIOS = {
     "open-loop": _scenario(),
     "closed-loop": _scenario(
@@ -110,6 +119,17 @@ SCENARIOS = {
             "num_speculative_tokens": 5,
             "acceptance": {"alpha": 0.7},
         },
+    ),
+    "prefix-sessions": _scenario(workload={"prefix": _PREFIX, "sessions": _SESSIONS}),
+    "prefix-sessions-kv-pressure": _scenario(
+        workload={
+            "arrival": {"process": "closed_loop", "concurrency": 14},
+            "prefix": _PREFIX,
+            "sessions": _SESSIONS,
+        },
+    ),
+    "eagle3-prefix-sessions": _scenario(
+        speculation={"method": "eagle3"}, workload={"prefix": _PREFIX, "sessions": _SESSIONS}
     ),
     "sglang-eagle2-tree": _scenario(
         engine={"preset": "sglang"},
