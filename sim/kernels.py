@@ -12,6 +12,8 @@ that GPU's share of heads and experts; one all-reduce of ``message_bytes`` per G
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -90,15 +92,29 @@ class AllReduceTable:
     _log_bytes: FloatArray = field(init=False, repr=False)
     _ratio: FloatArray = field(init=False, repr=False)
     _tail_s_per_byte: float = field(init=False, repr=False)
+    _bytes_list: list[float] = field(init=False, repr=False)
+    _latency_list: list[float] = field(init=False, repr=False)
+    _log_list: list[float] = field(init=False, repr=False)
+    _ratio_list: list[float] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         b, t = self.message_bytes, self.latency_s
         object.__setattr__(self, "_log_bytes", np.log(b))
         object.__setattr__(self, "_ratio", t[1:] / t[:-1])
+        # Python copies for the scalar path: the same numbers, without numpy's per-call overhead.
+        for name, values in (
+            ("_bytes_list", b),
+            ("_latency_list", t),
+            ("_log_list", np.log(b)),
+            ("_ratio_list", t[1:] / t[:-1]),
+        ):
+            object.__setattr__(self, name, [float(v) for v in values])
         object.__setattr__(self, "_tail_s_per_byte", float((t[-1] - t[-2]) / (b[-1] - b[-2])))
 
     def __call__(self, message_bytes: ArrayLike) -> FloatArray:
         """Seconds per all-reduce of ``message_bytes`` per GPU. Raise ValueError if negative."""
+        if isinstance(message_bytes, int | float):
+            return np.asarray(self.at(float(message_bytes)))
         b = np.asarray(message_bytes, dtype=np.float64)
         if np.any(b < 0):
             raise ValueError("message_bytes must be >= 0")
@@ -111,9 +127,27 @@ class AllReduceTable:
         beyond = table_t[-1] + (b - table_b[-1]) * self._tail_s_per_byte
         return np.where(b >= table_b[-1], beyond, inside)
 
+    def at(self, message_bytes: float) -> float:
+        """:meth:`__call__` for one size, in plain Python (a step's single all-reduce size)."""
+        if message_bytes < 0:
+            raise ValueError("message_bytes must be >= 0")
+        table_b, table_t = self._bytes_list, self._latency_list
+        if message_bytes >= table_b[-1]:
+            return table_t[-1] + (message_bytes - table_b[-1]) * self._tail_s_per_byte
+        i = min(max(bisect.bisect_right(table_b, message_bytes) - 1, 0), len(table_b) - 2)
+        x = math.log(max(message_bytes, table_b[0]))
+        w = min(
+            max((x - self._log_list[i]) / (self._log_list[i + 1] - self._log_list[i]), 0.0), 1.0
+        )
+        return min(table_t[i] * self._ratio_list[i] ** w, table_t[i + 1])
+
 
 @cache
-def _allreduce_table(gpu: str, mode: str, tp: int) -> AllReduceTable:
+def allreduce_table(gpu: str, tp: int, mode: AllReduceMode = "graph") -> AllReduceTable:
+    """The measured table of ``mode`` at ``tp`` GPUs on ``gpu`` (hold it to price many steps).
+
+    Raise CatalogueError naming the measured degrees if ``tp`` has none, or if ``gpu`` has none.
+    """
     entry: CollectiveEntry = _need(gpu, "allreduce", mode)
     if tp not in entry.tp:
         raise CatalogueError(
@@ -144,7 +178,7 @@ def allreduce_s(
     outside a graph) or ``nccl`` (nccl-tests all_reduce). Raise CatalogueError naming the measured
     degrees if ``tp`` has no table (e.g. 3 or 16), or if ``gpu`` has none; ValueError if a size < 0.
     """
-    return _allreduce_table(gpu, mode, tp)(message_bytes)
+    return allreduce_table(gpu, tp, mode)(message_bytes)
 
 
 # --- fused MoE --------------------------------------------------------------------------------
@@ -184,6 +218,72 @@ def experts_touched(
     raise ValueError(f"routing must be 'uniform' or 'spread', got {routing!r}")
 
 
+@dataclass(frozen=True)
+class MoeLayer:
+    """One MoE layer's expert computation (vLLM ``fused_experts``) on one GPU, ready to price.
+
+    ``floor + smooth_max(bytes/(η_bw·BW), 2·S·3·H·I/tp/(η_fl·F), p)`` with ``S = T·k/ep`` local
+    (token, expert) slots and bytes = the local distinct experts' weights ``D·3·H·I/tp·w``
+    (``D`` = :func:`experts_touched` / ``ep``) plus :func:`moe_activation_bytes`. The per-token
+    coefficients are computed once (:func:`moe_layer`); :meth:`time_s` is a few array operations.
+    """
+
+    efficiency: MoeEfficiency
+    num_experts: int
+    topk: int
+    routing: str
+    weight_s_per_expert: float
+    activation_s_per_token: float
+    flop_s_per_token: float
+
+    def time_s(self, num_tokens: ArrayLike) -> FloatArray:
+        """Seconds for ``num_tokens`` tokens (array or scalar) entering the layer."""
+        t = np.asarray(num_tokens, dtype=np.float64)
+        touched = experts_touched(t, self.num_experts, self.topk, self.routing)
+        bw_s = self.weight_s_per_expert * touched + self.activation_s_per_token * t
+        fl_s = self.flop_s_per_token * t
+        return self.efficiency.floor_s + smooth_max(bw_s, fl_s, self.efficiency.roofline_p)
+
+
+def moe_layer(
+    gpu: str,
+    dtype: str,
+    *,
+    hidden_size: int,
+    inter_size: int,
+    num_experts: int,
+    topk: int,
+    tp: int = 1,
+    ep: int = 1,
+    routing: str = "uniform",
+) -> MoeLayer:
+    """The :class:`MoeLayer` of a model's MoE shape split ``tp`` × ``ep`` ways on ``gpu``.
+
+    Raise CatalogueError if ``dtype`` was not measured on ``gpu``; ValueError for an unknown
+    routing or a split below 1.
+    """
+    if tp < 1 or ep < 1:
+        raise ValueError(f"tp and ep must be >= 1, got tp={tp}, ep={ep}")
+    experts_touched(1.0, num_experts, topk, routing)  # validates the routing name
+    eff, spec = moe_efficiency(gpu, dtype), get_gpu(gpu)
+    peak = spec.bf16_dense_flops if dtype == "bf16" else spec.fp8_dense_flops
+    if peak is None:
+        raise CatalogueError(f"GPU {gpu!r} has no fp8 throughput in the catalogue")
+    bw = eff.bandwidth * spec.hbm_bandwidth_bytes_per_s
+    inter_local = inter_size / tp
+    return MoeLayer(
+        efficiency=eff,
+        num_experts=num_experts,
+        topk=topk,
+        routing=routing,
+        weight_s_per_expert=3.0 * hidden_size * inter_local * WEIGHT_BYTES[dtype] / ep / bw,
+        activation_s_per_token=float(
+            moe_activation_bytes(topk, topk / ep, hidden_size, inter_local) / bw
+        ),
+        flop_s_per_token=2.0 * topk / ep * 3.0 * hidden_size * inter_local / (eff.flops * peak),
+    )
+
+
 def moe_layer_s(
     gpu: str,
     dtype: str,
@@ -197,27 +297,22 @@ def moe_layer_s(
     ep: int = 1,
     routing: str = "uniform",
 ) -> FloatArray:
-    """Seconds of one MoE layer's expert computation (vLLM fused_experts) on one GPU.
+    """Seconds of one MoE layer for ``num_tokens`` tokens: :func:`moe_layer` then ``time_s``.
 
-    ``floor + smooth_max(bytes/(η_bw·BW), 2·S·3·H·I/tp/(η_fl·F), p)`` with ``S = T·k/ep`` local
-    (token, expert) slots, bytes = the local distinct experts' weights ``D·3·H·I/tp·w`` (``D`` from
-    :func:`experts_touched` over ``ep``) plus :func:`moe_activation_bytes` (``docs/kernels.md``).
-    Raise CatalogueError if ``dtype`` was not measured on ``gpu``.
+    Hold the :class:`MoeLayer` instead when pricing many steps. Raise as :func:`moe_layer`.
     """
-    eff, spec = moe_efficiency(gpu, dtype), get_gpu(gpu)
-    peak = spec.bf16_dense_flops if dtype == "bf16" else spec.fp8_dense_flops
-    if peak is None:
-        raise CatalogueError(f"GPU {gpu!r} has no fp8 throughput in the catalogue")
-    t = np.asarray(num_tokens, dtype=np.float64)
-    inter_local = inter_size / tp
-    slots_global = t * topk
-    slots_local = slots_global / ep
-    distinct_local = experts_touched(t, num_experts, topk, routing) / ep
-    weight_bytes = distinct_local * 3.0 * hidden_size * inter_local * WEIGHT_BYTES[dtype]
-    act_bytes = moe_activation_bytes(slots_global, slots_local, hidden_size, inter_local)
-    bw_s = (weight_bytes + act_bytes) / (eff.bandwidth * spec.hbm_bandwidth_bytes_per_s)
-    fl_s = 2.0 * slots_local * 3.0 * hidden_size * inter_local / (eff.flops * peak)
-    return eff.floor_s + smooth_max(bw_s, fl_s, eff.roofline_p)
+    layer = moe_layer(
+        gpu,
+        dtype,
+        hidden_size=hidden_size,
+        inter_size=inter_size,
+        num_experts=num_experts,
+        topk=topk,
+        tp=tp,
+        ep=ep,
+        routing=routing,
+    )
+    return layer.time_s(num_tokens)
 
 
 def moe_activation_bytes(

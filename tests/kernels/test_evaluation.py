@@ -23,7 +23,7 @@ TABLES = [
 def test_tables_are_exact_at_their_points_and_flat_below_the_first(
     gpu: str, mode: str, tp: int
 ) -> None:
-    table = kernels._allreduce_table(gpu, mode, tp)
+    table = kernels.allreduce_table(gpu, tp, mode)
     np.testing.assert_array_equal(
         kernels.allreduce_s(gpu, tp, table.message_bytes, mode), table.latency_s
     )
@@ -46,7 +46,7 @@ def test_latency_never_falls_as_the_message_grows(
 def test_beyond_the_table_the_last_segments_bandwidth_carries_on(
     gpu: str, mode: str, tp: int
 ) -> None:
-    table = kernels._allreduce_table(gpu, mode, tp)
+    table = kernels.allreduce_table(gpu, tp, mode)
     b1, b0 = table.message_bytes[-1], table.message_bytes[-2]
     t1, t0 = table.latency_s[-1], table.latency_s[-2]
     extra = 3.0 * b1
@@ -56,7 +56,7 @@ def test_beyond_the_table_the_last_segments_bandwidth_carries_on(
 
 
 def test_between_points_the_interpolation_is_log_log() -> None:
-    table = kernels._allreduce_table("h100-sxm", "nccl", 8)
+    table = kernels.allreduce_table("h100-sxm", 8, "nccl")
     b0, b1 = table.message_bytes[10], table.message_bytes[11]
     t0, t1 = table.latency_s[10], table.latency_s[11]
     mid = np.sqrt(b0 * b1)
@@ -138,3 +138,38 @@ def test_prefill_attention_charges_causal_pairs_at_the_fitted_flops() -> None:
         p.floor_s + isl * 32 * p.per_token_head_s + 4 * 32 * 128 * pairs / (p.flops * 989.0e12)
     )
     assert t == pytest.approx(expected)
+
+
+def test_moe_layer_is_the_documented_roofline() -> None:
+    # Qwen3-235B-A22B at TP 2, 64 tokens, bf16: the formula of docs/kernels.md written out.
+    e = kernels.moe_efficiency("h100-sxm", "bf16")
+    h, inter, experts, k, tp, t = 4096, 1536 / 2, 128, 8, 2, 64.0
+    touched = experts * (1 - (1 - k / experts) ** t)
+    act = 2 * (t * k * (3 * inter + h) + t * k * (2 * h + 3 * inter))
+    bw_s = (touched * 3 * h * inter * 2 + act) / (e.bandwidth * 3.35e12)
+    fl_s = 2 * t * k * 3 * h * inter / (e.flops * 989e12)
+    expected = e.floor_s + (bw_s**e.roofline_p + fl_s**e.roofline_p) ** (1 / e.roofline_p)
+    layer = kernels.moe_layer(
+        "h100-sxm", "bf16", hidden_size=4096, inter_size=1536, num_experts=experts, topk=k, tp=tp
+    )
+    assert layer.time_s(t) == pytest.approx(expected, rel=1e-12)
+    assert kernels.moe_layer_s(
+        "h100-sxm", "bf16", t, hidden_size=4096, inter_size=1536, num_experts=experts, topk=k, tp=tp
+    ) == layer.time_s(t)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"), [({"tp": 0}, "tp and ep"), ({"routing": "x"}, "routing")]
+)
+def test_moe_layer_refuses_impossible_splits_and_routings(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        kernels.moe_layer("h100-sxm", "bf16", **{**QWEN3_235B, **kwargs})
+
+
+@pytest.mark.parametrize(("gpu", "mode", "tp"), TABLES)
+@settings(max_examples=30, deadline=None)
+@given(size=st.floats(0.0, 4e9, allow_nan=False))
+def test_the_scalar_path_is_the_array_path(gpu: str, mode: str, tp: int, size: float) -> None:
+    table = kernels.allreduce_table(gpu, tp, mode)
+    assert table.at(size) == pytest.approx(float(table(np.array([size]))[0]), rel=1e-12)
+    assert float(kernels.allreduce_s(gpu, tp, size, mode)) == table.at(size)
