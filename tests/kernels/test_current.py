@@ -110,3 +110,41 @@ def test_fitted_kernels_reproduce_the_data_within_the_stated_errors() -> None:
     # The benchmark's spread routing at EP 1; docs report 8.0 % mean |error| for TP, EP <= 8
     # and more at TP 16-32, both inside the all-rows figure checked here.
     assert err.mean() <= entry["moe"]["bf16"]["agreement"]["in_sample_mean_abs"] + 0.01
+
+
+@needs_shared
+def test_gemm_and_prefill_fits_reproduce_the_data_within_the_stated_errors() -> None:
+    from sim.cost_model import smooth_max
+
+    entry = yaml.safe_load(shipped("h100-sxm"))
+    gemm = _csv("h100_sxm_kernels", "gemm/vllm/0.19.0/gemm_perf.csv.gz")
+    gemm = gemm[(gemm.n >= 512) & (gemm.k >= 512)]
+    for dtype in ("fp8", "fp8_block"):
+        rows = (
+            gemm[gemm.gemm_dtype == dtype].groupby(["m", "n", "k"], as_index=False).latency.median()
+        )
+        eff = kernels.gemm_efficiency("h100-sxm", dtype)
+        m, n, k = (rows[c].to_numpy(float) for c in ("m", "n", "k"))
+        pred = eff.gemm_floor_s + smooth_max(
+            n * k / (eff.bandwidth * 3.35e12), 2 * m * n * k / (eff.flops * 1979e12), eff.roofline_p
+        )
+        err = np.abs(pred / (rows.latency.to_numpy() * 1e-3) - 1.0).mean()
+        assert err == pytest.approx(
+            entry["gemm"][dtype]["agreement"]["in_sample_mean_abs"], abs=0.002
+        )
+    prefill = _csv("h100_sxm_kernels", "attention/vllm/0.19.0/context_attention_perf.csv.gz")
+    prefill = prefill[prefill.window_size == 0]
+    key = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"]
+    for raw, kv in (("bfloat16", "bf16"), ("fp8", "fp8")):
+        rows = prefill[prefill.kv_cache_dtype == raw].groupby(key, as_index=False).latency.median()
+        model = kernels.prefill_attention("h100-sxm", kv)
+        b, s = rows.batch_size.to_numpy(float), rows.isl.to_numpy(float)
+        pred = model.layer_s(
+            b * s,
+            b * s * (s + 1) / 2,
+            rows.num_heads.to_numpy(float),
+            rows.head_dim.to_numpy(float),
+        )
+        err = np.abs(pred / (rows.latency.to_numpy() * 1e-3) - 1.0).mean()
+        stated = entry["prefill_attention"][kv]["agreement"]["in_sample_mean_abs"]
+        assert err == pytest.approx(stated, abs=0.002), kv

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,3 +94,14 @@ def test_a_tp_without_a_table_is_an_error_naming_the_measured_degrees(tp: int) -
 def test_unknown_dtype_names_what_exists() -> None:
     with pytest.raises(CatalogueError, match=r"moe 'int4'.*have: bf16, fp8, fp8_block"):
         kernels.moe_efficiency("h100-sxm", "int4")
+
+
+def test_the_fit_tool_refuses_a_folder_without_the_collection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tools.fit_kernels import main
+
+    assert main(["--shared", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no kernel collection here (--shared PATH)" in err
+    assert "Traceback" not in err
