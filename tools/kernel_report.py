@@ -85,6 +85,8 @@ def _table(title: str, rows: list[dict[str, Any]], held: bool = True) -> list[st
     head = "| rows | in-sample mean err | in-sample mean abs err |"
     if held:
         head += " held-out mean err | held-out mean abs err |"
+    else:  # nothing was fitted on these rows
+        head = "| rows | out-of-sample mean err | out-of-sample mean abs err |"
     lines = [f"{title}", "", "| group " + head, "|---" * (head.count("|")) + "|"]
     for r in rows:
         cells = f"| {r['label']} | {r['rows']} | {_pct(r['in_mean'])} | {_pct(r['in_mean_abs'])} |"
@@ -140,11 +142,12 @@ def render_report(report: dict[str, Any]) -> str:
         lines += _moe(gpu, r["moe"])
         for dtype, g in r["gemm"].items():
             if dtype == "bf16_check":
-                a = g["all"]
+                a, refit = g["all"], g["refit_for_comparison"]
                 lines += _table(
                     f"#### {gpu}: shipped bf16 efficiency vs {g['rows']} bf16 GEMM rows (out of "
                     f"sample: all {_pct(a['mean'])} mean, {_pct(a['mean_abs'])} mean abs; a refit "
-                    f"would give {g['refit_for_comparison']})",
+                    f"would give bandwidth {refit['bandwidth']}, flops {refit['flops']}, "
+                    f"roofline_p {refit['roofline_p']}, floor {refit['floor_us']} µs)",
                     g["by_m"],
                     held=False,
                 )
