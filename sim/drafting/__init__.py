@@ -30,6 +30,7 @@ from sim.drafting.lookahead import build_lookahead
 from sim.drafting.medusa import build_medusa
 from sim.drafting.mtp import build_mtp
 from sim.drafting.ngram import build_ngram
+from sim.engine.presets import get_preset
 from sim.errors import ScenarioError
 from sim.scenario import Scenario
 
@@ -104,7 +105,8 @@ def check_support(scenario: Scenario) -> str:
     Raise ScenarioError naming ``speculation.method`` if the engine does not run the method, or
     ``speculation.tree`` if it runs the method but not that tree form.
     """
-    preset = scenario.engine.preset
+    # Each preset names the engine whose support table it follows (engine_presets.yaml).
+    preset = get_preset(scenario.engine.preset).draft_support_from
     method = scenario.speculation.method
     engine = SUPPORT.get(preset)
     if engine is None:

@@ -19,6 +19,7 @@ import simpy
 from numpy.typing import NDArray
 
 from sim.engine.core import EngineCore
+from sim.engine.frontend import FrontEnd, FrontEndServer, lindley_departures
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -29,7 +30,11 @@ class ArrivalSchedule:
 
     Open loop: ``arrival_at_s`` gives every request's arrival. Closed loop: ``concurrency`` clients
     each send request after request (in request order), the next one ``think_time_s`` after the
-    previous finishes. Raise ValueError if neither or both are given.
+    previous finishes (as the client sees it: after the front end's egress). Every request passes
+    the front end's ingress queue (:mod:`sim.engine.frontend`) on its way to the engine; the times
+    the node sees are engine arrivals, and ``client_at_s`` keeps when each client sent its request.
+    Raise ValueError if neither or both of ``arrival_at_s`` and ``concurrency`` are given, or if a
+    front end is given without ``prompt_tokens``.
     """
 
     def __init__(
@@ -38,15 +43,30 @@ class ArrivalSchedule:
         arrival_at_s: FloatArray | None = None,
         concurrency: int | None = None,
         think_time_s: float = 0.0,
+        frontend: FrontEnd | None = None,
+        prompt_tokens: NDArray[np.integer] | None = None,
     ) -> None:
         if (arrival_at_s is None) == (concurrency is None):
             raise ValueError("give exactly one of arrival_at_s and concurrency")
         self.num_requests = num_requests
         self.think_time_s = think_time_s
-        self._open = arrival_at_s is not None
-        self._times: FloatArray = (
-            np.asarray(arrival_at_s, dtype=np.float64) if arrival_at_s is not None else np.zeros(0)
+        self.frontend = frontend if frontend is not None else FrontEnd()
+        if self.frontend.enabled and prompt_tokens is None:
+            raise ValueError("a front end needs the prompt lengths (prompt_tokens)")
+        self._service_s: FloatArray = self.frontend.ingress_service_s(
+            np.zeros(num_requests) if prompt_tokens is None else prompt_tokens
         )
+        self._server = FrontEndServer()
+        self._open = arrival_at_s is not None
+        #: When each request's client sent it (NaN until sent).
+        self.client_at_s: FloatArray = np.full(num_requests, np.nan)
+        self._times: FloatArray = np.zeros(0)
+        if arrival_at_s is not None:
+            self.client_at_s = np.asarray(arrival_at_s, dtype=np.float64)
+            self._times = self.client_at_s
+            if self.frontend.enabled:
+                count = len(self.client_at_s)
+                self._times = lindley_departures(self.client_at_s, self._service_s[:count])
         self._next = 0  # open loop: index of the next arrival not yet released
         self._heap: list[tuple[float, int]] = []
         self._issued = 0
@@ -55,7 +75,11 @@ class ArrivalSchedule:
                 self._issue(0.0)
 
     def _issue(self, at_s: float) -> None:
-        heapq.heappush(self._heap, (at_s, self._issued))
+        request = self._issued
+        self.client_at_s[request] = at_s
+        if self.frontend.enabled:
+            at_s = self._server.depart(at_s, float(self._service_s[request]))
+        heapq.heappush(self._heap, (at_s, request))
         self._issued += 1
 
     @property
@@ -70,7 +94,7 @@ class ArrivalSchedule:
         return self._heap[0][0] if self._heap else np.inf
 
     def release_until(self, now_s: float) -> tuple[IntArray, FloatArray]:
-        """Request ids and arrival times of every pending arrival at or before ``now_s``."""
+        """Request ids and engine arrival times of every pending arrival at or before ``now_s``."""
         if self._open:
             end = int(np.searchsorted(self._times, now_s, side="right"))
             ids = np.arange(self._next, end, dtype=np.int64)
@@ -92,12 +116,13 @@ class ArrivalSchedule:
         return np.searchsorted(heap_times, times_s, side="right").astype(np.int64)
 
     def on_finish(self, ids: IntArray, at_s: float) -> None:
-        """Closed loop: each finished request's client sends its next request."""
+        """Closed loop: each finished request's client sends its next request (``at_s`` is when
+        the engine emitted the last token; the client sees it after the egress delay)."""
         if self._open:
             return
         for _ in range(len(ids)):
             if self._issued < self.num_requests:
-                self._issue(at_s + self.think_time_s)
+                self._issue(at_s + self.frontend.egress_s + self.think_time_s)
 
     def exhausted(self) -> bool:
         """True when every request has been released."""
@@ -135,7 +160,8 @@ class ServingNode:
         core = self.core
         ids, times = self.arrivals.release_until(core.clock_s)
         if len(ids):
-            core.requests.arrival_at_s[ids] = times
+            core.requests.arrival_at_s[ids] = self.arrivals.client_at_s[ids]
+            core.requests.engine_arrival_at_s[ids] = times
             core.scheduler.add_waiting(ids)
 
     def _waiting_at(self, times_s: FloatArray) -> IntArray:

@@ -23,12 +23,14 @@ class RequestTable:
     """Columns of per-request state; every array has one entry per request.
 
     ``num_computed_tokens`` is the logical KV length (tokens whose KV is committed);
-    the tokens a request knows are its prompt plus the tokens emitted so far.
+    the tokens a request knows are its prompt plus the tokens emitted so far. ``arrival_at_s`` is
+    when the client sent the request, ``engine_arrival_at_s`` when it left the front end.
     """
 
     prompt_tokens: IntArray
     output_tokens: IntArray
     arrival_at_s: FloatArray = field(init=False)
+    engine_arrival_at_s: FloatArray = field(init=False)
     scheduled_at_s: FloatArray = field(init=False)
     first_token_at_s: FloatArray = field(init=False)
     finished_at_s: FloatArray = field(init=False)
@@ -46,6 +48,7 @@ class RequestTable:
         n = len(self.prompt_tokens)
         nan = np.full(n, np.nan)
         self.arrival_at_s = nan.copy()
+        self.engine_arrival_at_s = nan.copy()
         self.scheduled_at_s = nan.copy()
         self.first_token_at_s = nan.copy()
         self.finished_at_s = nan.copy()
