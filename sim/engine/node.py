@@ -54,7 +54,7 @@ class ArrivalSchedule:
         if self.frontend.enabled and prompt_tokens is None:
             raise ValueError("a front end needs the prompt lengths (prompt_tokens)")
         self._service_s: FloatArray = self.frontend.ingress_service_s(
-            np.zeros(num_requests) if prompt_tokens is None else prompt_tokens
+            np.zeros(num_requests, dtype=np.int64) if prompt_tokens is None else prompt_tokens
         )
         self._server = FrontEndServer()
         self._open = arrival_at_s is not None

@@ -143,3 +143,9 @@ def get_preset(name: str) -> EnginePreset:
     Raise ScenarioError naming the known presets and aliases if there is none.
     """
     return _presets()[canonical_name(name)]
+
+
+def reload_presets() -> None:
+    """Read the preset file again (after a calibration script rewrote it)."""
+    _document.cache_clear()
+    _presets.cache_clear()
