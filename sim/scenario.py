@@ -68,7 +68,7 @@ class EngineConfig(BaseModel):
     """Engine preset and scheduling limits; unset limits take the preset's defaults."""
 
     model_config = _STRICT
-    preset: str = "vllm-v1"
+    preset: str = Field(default="vllm-v1", json_schema_extra={"enum": list(known_names())})
     max_num_seqs: int | None = Field(default=None, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     block_size: int | None = Field(default=None, ge=1)

@@ -89,3 +89,15 @@ def test_vllm_v0_ships_its_own_scheduling_defaults() -> None:
     v0, v1 = get_preset("vllm-v0"), get_preset("vllm-v1")
     assert not v0.chunked_prefill and v1.chunked_prefill
     assert v0.step_overhead_s > v1.step_overhead_s  # the V0 CPU loop the V1 rewrite removed
+
+
+def test_vllm_v0_runs_only_the_chain_methods_it_shipped() -> None:
+    eagle = validate_document(
+        {"engine": {"preset": "vllm-v0"}, "speculation": {"method": "eagle"}}, "t"
+    )
+    assert check_support(eagle) == "supported"
+    eagle3 = validate_document(
+        {"engine": {"preset": "vllm-v0"}, "speculation": {"method": "eagle3"}}, "t"
+    )
+    with pytest.raises(ScenarioError, match=r"speculation\.method: vLLM V0"):
+        check_support(eagle3)
