@@ -92,8 +92,12 @@ def scenario_for(row: TtftRow, frontend: dict[str, Any]) -> Scenario:
         },
         "workload": {
             "num_requests": NUM_REQUESTS,
-            # Near-constant gaps: the harness sends at a constant rate (gamma, cv 0.05).
-            "arrival": {"process": "gamma", "rate_per_s": row.rate_per_s, "cv": 0.05},
+            "arrival": (
+                {"process": "closed_loop", "concurrency": row.concurrency}
+                if row.concurrency
+                # Near-constant gaps: the harness sends at a constant rate (gamma, cv 0.05).
+                else {"process": "gamma", "rate_per_s": row.rate_per_s, "cv": 0.05}
+            ),
             "prompt_tokens": {"distribution": "fixed", "value": row.prompt_tokens},
             "output_tokens": {"distribution": "fixed", "value": row.output_tokens},
         },
@@ -172,7 +176,8 @@ def row_table(rows: list[TtftRow]) -> list[str]:
         error = (full - row.measured_ttft_s) / row.measured_ttft_s
         lines.append(
             f"| {row.row_id} | {row.role} | {row.preset} | {row.model} TP{row.num_gpus} | "
-            f"{row.rate_per_s:g} | {row.prompt_tokens} | {row.measured_ttft_s * 1e3:.1f} | "
+            f"{f'{row.concurrency} clients' if row.concurrency else f'{row.rate_per_s:g}'} | "
+            f"{row.prompt_tokens} | {row.measured_ttft_s * 1e3:.1f} | "
             f"{engine * 1e3:.1f} | {full * 1e3:.1f} | {error * 100:+.1f}% |"
         )
     return lines
@@ -197,7 +202,7 @@ def report(fits: list[FrontendFit]) -> str:
                 "identify tokenisation cost)"
             )
     header = (
-        "| row | role | preset | model | rate (req/s) | prompt | measured TTFT (ms) | "
+        "| row | role | preset | model | rate (req/s) or clients | prompt | measured TTFT (ms) | "
         "engine only (ms) | with front end (ms) | error |"
     )
     out += ["", header, "|" + "---|" * 10]

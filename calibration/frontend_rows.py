@@ -15,6 +15,12 @@ prompts):
   ``default_args/<experiment>/results/stage_<n>_lifecycle_metrics.json`` with ``exp-config.yaml``
   (``max_num_seqs`` 128, ``max_num_batched_tokens`` 2048): ``ttft`` mean, achieved request rate,
   mean prompt and output lengths.
+* ``ai-dynamo/aiconfigurator`` at commit 095f58a51c,
+  ``aic-core/src/aiconfigurator_core/systems/silicon_sample.csv`` (column ``silicon_ttft_ms``, mean
+  TTFT; the row ``id`` is given): Qwen3-32B on H100 at the lowest concurrency measured for a
+  catalogued model, 8 clients on vLLM 0.12.0 and 16 on SGLang 0.5.1.post1, 1,024-token prompts.
+  Not low load: 8-16 prompts of 1,024 tokens compete for prefill, so these rows check the engine's
+  prefill scheduling more than the front end; they are reported, never fitted on.
 * ``inference-sim/sim-to-real-accuracy-validation`` at commit dcec3fd4711c,
   ``results_trainval/error_records.csv`` (column ``actual``, mean TTFT in ms), with each
   experiment's rate and lengths from ``inference-sim/inference-sim`` at commit f90a1e3a67,
@@ -29,6 +35,10 @@ from typing import Literal
 
 TRAINING = (
     "inference-sim/training@ed5c1d26900e default_args/{}/results/stage_{}_lifecycle_metrics.json"
+)
+SILICON = (
+    "ai-dynamo/aiconfigurator@095f58a51c aic-core/src/aiconfigurator_core/systems/"
+    "silicon_sample.csv id {}"
 )
 SIM_TO_REAL = (
     "inference-sim/sim-to-real-accuracy-validation@dcec3fd4711c results_trainval/error_records.csv "
@@ -55,6 +65,8 @@ class TtftRow:
     max_num_seqs: int
     measured_ttft_s: float
     source: str
+    #: Closed-loop clients (a benchmark's max concurrency); 0 for an open loop at ``rate_per_s``.
+    concurrency: int = 0
 
 
 def _training(
@@ -114,6 +126,28 @@ def _sim_to_real(
         128,
         ttft_ms / 1e3,
         SIM_TO_REAL.format(experiment, stage),
+    )
+
+
+def _silicon(
+    row_id: str, preset: str, tp: int, concurrency: int, output: int, ttft_ms: float, source_id: str
+) -> TtftRow:
+    return TtftRow(
+        row_id,
+        "check",
+        "other source, 8-16 clients",
+        preset,
+        "qwen3-32b",
+        "h100-sxm",
+        tp,
+        0.0,
+        1024,
+        output,
+        8192,
+        256,
+        ttft_ms / 1e3,
+        SILICON.format(source_id),
+        concurrency,
     )
 
 
@@ -249,5 +283,60 @@ ROWS: tuple[TtftRow, ...] = (
     _sim_to_real("l31-70b-codegen-5", "61", 0, "llama-3.1-70b", 4, 5.0, 566, 247, 2048, 54.735533),
     _sim_to_real(
         "l31-70b-codegen-10", "61", 1, "llama-3.1-70b", 4, 10.0, 566, 247, 2048, 59.803668
+    ),
+    # Check, other source, 8-16 closed-loop clients with 1,024-token prompts (not low load).
+    _silicon(
+        "q3-32b-vllm-tp2-c8",
+        "vllm-v1",
+        2,
+        8,
+        512,
+        153.579405,
+        "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x512_c8_tp2_epnone_16",
+    ),
+    _silicon(
+        "q3-32b-vllm-tp4-c8",
+        "vllm-v1",
+        4,
+        8,
+        512,
+        125.9650915,
+        "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x512_c8_tp4_epnone_17",
+    ),
+    _silicon(
+        "q3-32b-vllm-tp8-c8",
+        "vllm-v1",
+        8,
+        8,
+        512,
+        93.0956364375,
+        "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x512_c8_tp8_epnone_18",
+    ),
+    _silicon(
+        "q3-32b-sglang-tp2-c16",
+        "sglang-0.5",
+        2,
+        16,
+        512,
+        843.7906217812499,
+        "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x512_c16_tp2_epnone_19",
+    ),
+    _silicon(
+        "q3-32b-sglang-tp4-c16",
+        "sglang-0.5",
+        4,
+        16,
+        512,
+        413.44938493124994,
+        "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x512_c16_tp4_epnone_20",
+    ),
+    _silicon(
+        "q3-32b-sglang-tp8-c16",
+        "sglang-0.5",
+        8,
+        16,
+        512,
+        243.4330284375,
+        "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x512_c16_tp8_epnone_21",
     ),
 )

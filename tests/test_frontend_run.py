@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from calibration.frontend_fit import fitted_values, shipped_frontend
+from calibration.frontend_fit import fitted_values, scenario_for, shipped_frontend
+from calibration.frontend_rows import ROWS
 from sim.engine.presets import preset_names
 from sim.errors import ScenarioError
 from sim.run import REQUEST_COLUMNS, ScenarioResult, build_simulation, execute, resolved_document
@@ -109,3 +110,21 @@ def test_shipped_front_ends_are_the_current_calibration() -> None:
     expected = fitted_values()
     for name in preset_names():
         assert shipped_frontend(name) == expected[name], name
+
+
+def test_every_ttft_row_replays_as_its_run_was_driven() -> None:
+    roles = {row.role for row in ROWS}
+    assert roles == {"fit", "check"}
+    for row in ROWS:
+        scenario = scenario_for(row, {})
+        arrival = scenario.workload.arrival
+        if row.concurrency:
+            assert arrival.process == "closed_loop" and arrival.concurrency == row.concurrency
+        else:
+            assert arrival.process == "gamma" and arrival.rate_per_s == row.rate_per_s
+        assert scenario.engine.preset == row.preset
+        assert row.source and row.measured_ttft_s > 0
+    # Out-of-sample rows come from other repositories than every fit row.
+    fit_sources = {row.source.split("@")[0] for row in ROWS if row.role == "fit"}
+    other = [row for row in ROWS if row.check_kind.startswith("other source")]
+    assert other and all(row.source.split("@")[0] not in fit_sources for row in other)
