@@ -3,8 +3,10 @@
 At batch 1 a decode step computes one token, so the step time is
 ``T_fixed + T_linear(1) + T_attention(n) + T_sample(1)`` with every term but ``T_fixed`` given by
 the physics (``sim.cost_model``) and the fitted hardware efficiencies. The measured time per
-output token at batch 1 (vLLM V1: 7.07 ms, vLLM issue #20780; SGLang: 1/158.34 s, EAGLE-3 paper
-Table 4) is that step time, so ``T_fixed`` is their difference. The context length ``n`` of the
+output token at batch 1 (vLLM V1: 7.07 ms, vLLM issue #20780; vLLM V0: 13 ms, vLLM blog
+2024-09-05; SGLang: 1/158.34 s, EAGLE-3 paper Table 4) is that step time, so ``T_fixed`` is their
+difference. Every preset in ``sim/data/engine_presets.yaml`` is calibrated on its own
+``calibration`` entry. The context length ``n`` of the
 measurement is not published: MT-bench single-turn prompts with their outputs average a few
 hundred tokens, and ``context_tokens`` in the preset file records the value used; its effect is
 tiny (the KV of 400 tokens of Llama-3.1-8B is 52 MB, 0.02 ms at H100 bandwidth).
@@ -24,9 +26,10 @@ from pathlib import Path
 from sim.catalogue import get_gpu, get_model
 from sim.cost_model import StepCostModel, StepShape
 from sim.efficiency import load_efficiency
-from sim.engine.presets import EnginePreset, get_preset
+from sim.engine.presets import EnginePreset, get_preset, preset_names
 
-PRESETS = ("vllm-v1", "sglang")
+#: Every preset (aliases are not presets and are not calibrated on their own).
+PRESETS = preset_names()
 
 
 def modeled_step_without_overhead_s(preset: EnginePreset, bandwidth: float | None = None) -> float:
@@ -91,14 +94,14 @@ def rounded(value_s: float) -> float:
 
 def report() -> str:
     """A table of the calibration of every preset."""
-    lines = ["preset     measured TPOT  physics part  step_overhead_s [95% interval]      source"]
+    lines = ["preset      measured TPOT  physics part  step_overhead_s [95% interval]      source"]
     for name in PRESETS:
         preset = get_preset(name)
         physics = modeled_step_without_overhead_s(preset)
         measured = float(preset.calibration["measured_tpot_s"])
         lo, hi = overhead_interval_s(name)
         lines.append(
-            f"{name:<10} {measured * 1e3:10.3f} ms  {physics * 1e3:9.3f} ms  "
+            f"{name:<11} {measured * 1e3:10.3f} ms  {physics * 1e3:9.3f} ms  "
             f"{rounded(measured - physics) * 1e3:7.4f} ms [{lo * 1e3:.3f}, {hi * 1e3:.3f}]  "
             f"{preset.calibration['source']}"
         )
@@ -110,7 +113,9 @@ def write_presets(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     for name in PRESETS:
         value = rounded(calibrated_overhead_s(name))
-        pattern = re.compile(rf"(^{re.escape(name)}:\n(?:  .*\n)*?  step_overhead_s: )[^\n]*", re.M)
+        pattern = re.compile(
+            rf"(^  {re.escape(name)}:\n(?:    .*\n)*?    step_overhead_s: )[^\n]*", re.M
+        )
         text, count = pattern.subn(rf"\g<1>{value}", text)
         if count != 1:
             raise ValueError(f"{path}: no step_overhead_s line under preset {name}")

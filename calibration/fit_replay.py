@@ -122,6 +122,9 @@ def replay_document(
             **run.engine,
             "step_overhead_s": overheads_s[0],
             "per_sequence_overhead_s": overheads_s[1],
+            # Request timings are taken on the engine's clock from queued_ts: the serving front
+            # end lies outside them. Client-side timings (bench results) include it.
+            "frontend": {"enabled": run.artifact.kind != "vllm_request_timings"},
         },
         "workload": {
             "num_requests": run.num_requests,

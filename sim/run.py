@@ -23,6 +23,7 @@ from sim.drafting import Strategy, build_strategy
 from sim.efficiency import load_efficiency
 from sim.engine.core import EngineCore
 from sim.engine.drafter import StepPlan
+from sim.engine.frontend import FRONTEND_FIELDS
 from sim.engine.kv_cache import BlockManager, blocks_for
 from sim.engine.memory import MemoryPlan, plan_memory
 from sim.engine.node import ArrivalSchedule, ServingNode
@@ -43,6 +44,7 @@ REQUEST_COLUMNS = (
     "prompt_tokens",
     "output_tokens",
     "arrival_at_s",
+    "engine_arrival_at_s",
     "scheduled_at_s",
     "first_token_at_s",
     "finished_at_s",
@@ -95,7 +97,12 @@ def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> EnginePr
             per_sequence_overhead_s=profile.per_sequence_overhead_s,
         )
     written = {key: getattr(e, key) for key in SETTINGS if getattr(e, key) is not None}
-    return replace(preset, **written)
+    frontend = {
+        key: getattr(e.frontend, key)
+        for key in ("enabled", *FRONTEND_FIELDS)
+        if getattr(e.frontend, key) is not None
+    }
+    return replace(preset, frontend=replace(preset.frontend, **frontend), **written)
 
 
 def _check_profile_target(scenario: Scenario, profile: EngineProfile) -> None:
@@ -119,6 +126,10 @@ def resolved_document(scenario: Scenario, engine: EnginePreset) -> dict[str, Any
     """The scenario with every default written out, as saved beside the results."""
     document = scenario.model_dump(mode="json")
     document["engine"].update({key: getattr(engine, key) for key in SETTINGS})
+    document["engine"]["preset"] = engine.name  # an alias written out as the preset it meant
+    document["engine"]["frontend"] = {
+        key: getattr(engine.frontend, key) for key in ("enabled", *FRONTEND_FIELDS)
+    }
     return document
 
 
@@ -284,6 +295,8 @@ def build_simulation(
         workload.think_time_s,
         workload.next_turn,
         workload.turn_think_time_s,
+        frontend=engine.frontend,
+        prompt_tokens=requests.prompt_tokens,
     )
     return Simulation(scenario, engine, model, workload, strategy, memory, plan, core, arrivals)
 
@@ -332,6 +345,11 @@ def execute(
     wall = time.perf_counter() - started
     core = simulation.core
     requests = {name: getattr(core.requests, name) for name in REQUEST_COLUMNS}
+    egress_s = simulation.engine.frontend.egress_s
+    if egress_s > 0:
+        # The client sees every streamed chunk egress_s after the engine emits it.
+        for name in ("first_token_at_s", "finished_at_s"):
+            requests[name] = requests[name] + egress_s
     steps = core.recorder.columns()
     irregular, irregular_at = core.recorder.irregular_itl()
     scenario = simulation.scenario

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sim.acceptance.config import AcceptanceConfig
 from sim.catalogue import ModelSpec, gpu_names, model_names
+from sim.engine.presets import aliases, known_names, preset_names
 from sim.errors import ScenarioError
 from sim.workload import WorkloadConfig
 
@@ -66,11 +67,21 @@ class PrecisionConfig(BaseModel):
     kv_cache: Literal["bf16", "fp8"] = "bf16"
 
 
+class FrontendConfig(BaseModel):
+    """The serving front end (sim/engine/frontend.py); unset values take the preset's."""
+
+    model_config = _STRICT
+    enabled: bool | None = None
+    ingress_fixed_s: float | None = Field(default=None, ge=0)
+    ingress_per_prompt_token_s: float | None = Field(default=None, ge=0)
+    egress_per_chunk_s: float | None = Field(default=None, ge=0)
+
+
 class EngineConfig(BaseModel):
     """Engine preset and scheduling limits; unset limits take the preset's defaults."""
 
     model_config = _STRICT
-    preset: Literal["vllm-v1", "sglang"] = "vllm-v1"
+    preset: str = Field(default="vllm-v1", json_schema_extra={"enum": list(known_names())})
     max_num_seqs: int | None = Field(default=None, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     block_size: int | None = Field(default=None, ge=1)
@@ -84,6 +95,17 @@ class EngineConfig(BaseModel):
     enable_prefix_caching: bool | None = None
     profile: str | None = None
     fast_forward: bool = True
+    frontend: FrontendConfig = FrontendConfig()
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str) -> str:
+        if value not in known_names():
+            described = ", ".join(f"{alias} (= {real})" for alias, real in aliases().items())
+            raise ValueError(
+                f"unknown preset; presets: {', '.join(preset_names())}; aliases: {described}"
+            )
+        return value
 
 
 class TreeConfig(BaseModel):

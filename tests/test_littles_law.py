@@ -81,15 +81,21 @@ def test_step_records_count_everyone_in_the_system() -> None:
     # With a generous token budget and pool every running request is in every step and none is
     # preempted. ``num_waiting`` counts the requests waiting at the step's start (glossary), so
     # those the step admits are counted there and among its sequences: the step's sequences minus
-    # its admissions plus its waiting requests are exactly N(start).
-    result, _ = _run()
+    # its admissions plus its waiting requests are exactly N(start). The engine's system is
+    # counted on the engine's clock: from when a request leaves the front end
+    # (``engine_arrival_at_s``) to when its last token is emitted (the client sees it an egress
+    # later).
+    result, simulation = _run()
     r, steps = result.requests, result.steps
+    egress_s = simulation.engine.frontend.egress_s
+    arrival = r["engine_arrival_at_s"]
+    finished = r["finished_at_s"] - egress_s
     assert result.summary["num_preemptions"] == 0
     starts = steps["start_at_s"]
-    arrived = (r["arrival_at_s"][None, :] <= starts[:, None]).sum(axis=1)
-    left = (r["finished_at_s"][None, :] <= starts[:, None]).sum(axis=1)
+    arrived = (arrival[None, :] <= starts[:, None]).sum(axis=1)
+    left = (finished[None, :] <= starts[:, None]).sum(axis=1)
     admitted = (r["scheduled_at_s"][None, :] == starts[:, None]).sum(axis=1)
-    assert admitted.sum() == len(r["arrival_at_s"])
+    assert admitted.sum() == len(arrival)
     recorded = steps["num_seqs"].astype(np.int64) - admitted + steps["num_waiting"]
     assert np.array_equal(recorded, arrived - left)
     # The steps' N(t) misses only each arrival's wait for the next step to start (a request that
@@ -97,12 +103,12 @@ def test_step_records_count_everyone_in_the_system() -> None:
     # by exactly that.
     ends = starts + steps["duration_s"]
     step_area = float((recorded * steps["duration_s"]).sum())
-    total_area = float((r["finished_at_s"] - r["arrival_at_s"]).sum())
+    total_area = float((finished - arrival).sum())
     # The step running when each request arrived (one that wakes an idle node starts the next step
     # itself and is counted from its arrival).
-    during = np.maximum(np.searchsorted(starts, r["arrival_at_s"], side="right") - 1, 0)
-    inside = (r["arrival_at_s"] > starts[during]) & (r["arrival_at_s"] < ends[during])
-    missed = float((ends[during[inside]] - r["arrival_at_s"][inside]).sum())
+    during = np.maximum(np.searchsorted(starts, arrival, side="right") - 1, 0)
+    inside = (arrival > starts[during]) & (arrival < ends[during])
+    missed = float((ends[during[inside]] - arrival[inside]).sum())
     assert step_area == pytest.approx(total_area - missed, rel=1e-9)
     assert 0 < missed < total_area
 
@@ -111,13 +117,17 @@ def test_nobody_waits_when_the_system_is_nearly_empty() -> None:
     # As in an M/M/∞ queue: at 0.02 requests/s, a request almost never finds another in the
     # system; one that finds it empty is scheduled on arrival and its TTFT is exactly one lone
     # prefill step of its prompt.
+    # On the engine's clock: from leaving the front end to emitting the first token.
     result, simulation = _run(num_requests=30, arrival={"process": "poisson", "rate_per_s": 0.02})
     r = result.requests
-    previous_finish = np.maximum.accumulate(np.concatenate([[-np.inf], r["finished_at_s"][:-1]]))
-    alone = r["arrival_at_s"] >= previous_finish
+    egress_s = simulation.engine.frontend.egress_s
+    arrival = r["engine_arrival_at_s"]
+    finished = r["finished_at_s"] - egress_s
+    previous_finish = np.maximum.accumulate(np.concatenate([[-np.inf], finished[:-1]]))
+    alone = arrival >= previous_finish
     # 1 − exp(−0.02/s × a few seconds of service) of them meet someone: a handful at most.
     assert alone.sum() >= 25
-    assert np.array_equal(r["scheduled_at_s"][alone], r["arrival_at_s"][alone])
+    assert np.array_equal(r["scheduled_at_s"][alone], arrival[alone])
     prompt = r["prompt_tokens"][alone].astype(np.int64)
     shape = StepShape(
         num_seqs=np.ones(len(prompt), dtype=np.int64),
@@ -127,7 +137,7 @@ def test_nobody_waits_when_the_system_is_nearly_empty() -> None:
         attention_pairs=prompt * (prompt + 1) / 2.0,
     )
     prefill_s = simulation.core.cost_model.step_time(shape)
-    ttft = r["first_token_at_s"][alone] - r["arrival_at_s"][alone]
+    ttft = r["first_token_at_s"][alone] - egress_s - arrival[alone]
     # Times are absolute seconds up to ~2,000 s, where a float's spacing is ~2e-13 s.
     assert np.allclose(ttft, prefill_s, rtol=0.0, atol=1e-9)
     assert result.summary["num_preemptions"] == 0

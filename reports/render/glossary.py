@@ -17,10 +17,11 @@ wherever the benchmark defines the metric. Times are in seconds in the tables an
 
 | column | meaning |
 |---|---|
-| `arrival_at_s` | when the request reached the server |
+| `arrival_at_s` | when the client sent the request (what TTFT and latency are measured from) |
+| `engine_arrival_at_s` | when it left the serving front end and reached the engine: `arrival_at_s` plus its ingress service and any front-end queueing (docs/serving-path.md); equal to `arrival_at_s` with `engine.frontend.enabled: false` |
 | `scheduled_at_s` | the start of the first step that computed any of its tokens |
-| `first_token_at_s` | the end of the step that emitted its first output token |
-| `finished_at_s` | the end of the step that emitted its last output token |
+| `first_token_at_s` | when the client received its first output token: the end of the step that emitted it, plus the front end's `egress_per_chunk_s` |
+| `finished_at_s` | when the client received its last output token: the end of the step that emitted it, plus the same egress |
 | `prompt_tokens`, `output_tokens` | lengths |
 | `num_preemptions` | times it was preempted (recompute: its KV freed, prefilled again later) |
 | `num_decode_steps` | verify/decode steps it took part in |

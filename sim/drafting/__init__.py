@@ -30,6 +30,7 @@ from sim.drafting.lookahead import build_lookahead
 from sim.drafting.medusa import build_medusa
 from sim.drafting.mtp import build_mtp
 from sim.drafting.ngram import build_ngram
+from sim.engine.presets import get_preset
 from sim.errors import ScenarioError
 from sim.scenario import Scenario
 
@@ -59,6 +60,15 @@ BUILDERS: dict[str, Callable[[BuildContext], Strategy]] = {
 #: Proposal forms each engine runs, per method: "supported" or "experimental" (runs behind an
 #: experimental engine flag; results say so). Anything absent is refused.
 SUPPORT: dict[str, dict[str, dict[str, str]]] = {
+    # vLLM 0.5-0.6 (V0 spec-decode worker): draft models, n-gram lookup, Medusa and EAGLE heads
+    # proposing chains (vLLM v0.6.0 docs, "Speculative decoding"); no trees, no EAGLE-3, no MTP.
+    "vllm-v0": {
+        "none": {"chain": "supported"},
+        "draft_model": {"chain": "supported"},
+        "ngram": {"chain": "supported"},
+        "medusa": {"chain": "supported"},
+        "eagle": {"chain": "supported"},
+    },
     "vllm-v1": {
         "none": {"chain": "supported"},
         "draft_model": {"chain": "supported"},
@@ -84,8 +94,6 @@ SUPPORT: dict[str, dict[str, dict[str, str]]] = {
     },
 }
 
-_ENGINE_NAMES = {"vllm-v1": "vLLM V1", "sglang": "SGLang"}
-
 
 def proposal_form(scenario: Scenario) -> str:
     """``chain``, ``static_tree`` or ``dynamic_tree``: what the verify step carries.
@@ -104,17 +112,17 @@ def check_support(scenario: Scenario) -> str:
     Raise ScenarioError naming ``speculation.method`` if the engine does not run the method, or
     ``speculation.tree`` if it runs the method but not that tree form.
     """
-    preset = scenario.engine.preset
+    # Each preset names the engine whose support table it follows (engine_presets.yaml).
+    chosen = get_preset(scenario.engine.preset)
+    preset = chosen.draft_support_from
     method = scenario.speculation.method
     engine = SUPPORT.get(preset)
     if engine is None:
         raise ScenarioError(f"engine.preset: no drafting support table for {preset!r}")
-    name = _ENGINE_NAMES.get(preset, preset)
+    name = chosen.display_name
     if method not in engine:
         runs = [p for p, table in SUPPORT.items() if method in table]
-        where = (
-            f"it runs on {', '.join(runs)}" if runs else "neither vLLM V1 nor SGLang implements it"
-        )
+        where = f"it runs on {', '.join(runs)}" if runs else "no engine preset implements it"
         raise ScenarioError(
             f"speculation.method: {name} does not support {method!r} ({where}); "
             f"{name} supports: {', '.join(m for m in engine if m != 'none')}"

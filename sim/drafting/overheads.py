@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from sim.engine.presets import get_preset
 from sim.errors import CalibrationError
 
 #: The packaged file, relative to the ``sim`` package.
@@ -67,9 +68,12 @@ def overheads_document() -> dict[str, Any]:
 def load_draft_overheads(preset: str, method: str) -> DraftOverheads:
     """The fixed drafting costs of ``method`` on the engine ``preset``.
 
-    Raise CalibrationError naming the key path if the preset or method has no entry or a value is
-    not a non-negative number.
+    ``preset`` is an engine preset or alias; its costs are the entry its ``draft_overheads_from``
+    names (sim/data/engine_presets.yaml states each preset's rule), never a silent default.
+    Raise ScenarioError if ``preset`` is unknown, CalibrationError naming the key path if that
+    entry or method has none or a value is not a non-negative number.
     """
+    preset = get_preset(preset).draft_overheads_from
     presets = _document()["presets"]
     entry = presets.get(preset, {}).get(method) if isinstance(presets.get(preset), dict) else None
     if not isinstance(entry, dict):

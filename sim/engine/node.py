@@ -19,6 +19,7 @@ import simpy
 from numpy.typing import NDArray
 
 from sim.engine.core import EngineCore
+from sim.engine.frontend import FrontEnd, FrontEndServer, lindley_departures
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -29,10 +30,14 @@ class ArrivalSchedule:
 
     Open loop: ``arrival_at_s`` gives every request's arrival. Closed loop: ``concurrency`` clients
     each send request after request (in request order), the next one ``think_time_s`` after the
-    previous finishes. Sessions: ``next_turn[i]`` (-1: none) is sent ``turn_think_time_s`` after
-    request ``i`` finishes; the open-loop times are then given for first turns only (NaN for the
-    others), and a closed-loop client starts its next session when its session's last turn ends.
-    Raise ValueError if neither or both of ``arrival_at_s`` and ``concurrency`` are given.
+    previous finishes (as the client sees it: after the front end's egress). Sessions:
+    ``next_turn[i]`` (-1: none) is sent ``turn_think_time_s`` after request ``i`` finishes; the
+    open-loop times are then given for first turns only (NaN for the others), and a closed-loop
+    client starts its next session when its session's last turn ends. Every request passes the
+    front end's ingress queue (:mod:`sim.engine.frontend`) on its way to the engine; the times the
+    node sees are engine arrivals, and ``client_at_s`` keeps when each client sent its request.
+    Raise ValueError if neither or both of ``arrival_at_s`` and ``concurrency`` are given, or if a
+    front end is given without ``prompt_tokens``.
     """
 
     def __init__(
@@ -43,6 +48,8 @@ class ArrivalSchedule:
         think_time_s: float = 0.0,
         next_turn: IntArray | None = None,
         turn_think_time_s: float = 0.0,
+        frontend: FrontEnd | None = None,
+        prompt_tokens: NDArray[np.integer] | None = None,
     ) -> None:
         if (arrival_at_s is None) == (concurrency is None):
             raise ValueError("give exactly one of arrival_at_s and concurrency")
@@ -51,11 +58,24 @@ class ArrivalSchedule:
         self._turns = next_turn is not None and bool((next_turn >= 0).any())
         self._next_turn = np.asarray(next_turn if self._turns else [], dtype=np.int64)
         self.turn_think_time_s = turn_think_time_s
+        self.frontend = frontend if frontend is not None else FrontEnd()
+        if self.frontend.enabled and prompt_tokens is None:
+            raise ValueError("a front end needs the prompt lengths (prompt_tokens)")
+        self._service_s: FloatArray = self.frontend.ingress_service_s(
+            np.zeros(num_requests, dtype=np.int64) if prompt_tokens is None else prompt_tokens
+        )
+        self._server = FrontEndServer()
         # Sessions release turns on finishes, like a closed loop: every arrival goes by the heap.
         self._open = arrival_at_s is not None and not self._turns
-        self._times: FloatArray = (
-            np.asarray(arrival_at_s, dtype=np.float64) if arrival_at_s is not None else np.zeros(0)
-        )
+        #: When each request's client sent it (NaN until sent).
+        self.client_at_s: FloatArray = np.full(num_requests, np.nan)
+        self._times: FloatArray = np.zeros(0)
+        if self._open and arrival_at_s is not None:
+            self.client_at_s = np.asarray(arrival_at_s, dtype=np.float64)
+            self._times = self.client_at_s
+            if self.frontend.enabled:
+                count = len(self.client_at_s)
+                self._times = lindley_departures(self.client_at_s, self._service_s[:count])
         self._next = 0  # open loop: index of the next arrival not yet released
         self._heap: list[tuple[float, int]] = []
         self._issued = 0
@@ -66,8 +86,9 @@ class ArrivalSchedule:
             is_first[self._next_turn[self._next_turn >= 0]] = False
             self._starts = np.flatnonzero(is_first).tolist()
             if arrival_at_s is not None:
+                times = np.asarray(arrival_at_s, dtype=np.float64)
                 for request in self._starts:
-                    self._issue(float(self._times[request]), request)
+                    self._issue(float(times[request]), request)
                 self._starts = []
         self._starts.reverse()  # popped from the end, in request order
         if concurrency is not None:
@@ -75,6 +96,10 @@ class ArrivalSchedule:
                 self._issue(0.0, self._starts.pop())
 
     def _issue(self, at_s: float, request: int) -> None:
+        """The client sends ``request`` at ``at_s``; it reaches the engine after the ingress."""
+        self.client_at_s[request] = at_s
+        if self.frontend.enabled:
+            at_s = self._server.depart(at_s, float(self._service_s[request]))
         heapq.heappush(self._heap, (at_s, request))
         self._issued += 1
 
@@ -90,7 +115,7 @@ class ArrivalSchedule:
         return self._heap[0][0] if self._heap else np.inf
 
     def release_until(self, now_s: float) -> tuple[IntArray, FloatArray]:
-        """Request ids and arrival times of every pending arrival at or before ``now_s``."""
+        """Request ids and engine arrival times of every pending arrival at or before ``now_s``."""
         if self._open:
             end = int(np.searchsorted(self._times, now_s, side="right"))
             ids = np.arange(self._next, end, dtype=np.int64)
@@ -113,15 +138,17 @@ class ArrivalSchedule:
 
     def on_finish(self, ids: IntArray, at_s: float) -> None:
         """Each finished request releases its session's next turn, or its client's next
-        request (closed loop)."""
+        request (closed loop). ``at_s`` is when the engine emitted the last token; the client
+        sees it after the egress delay."""
         if self._open:
             return
+        seen_at = at_s + self.frontend.egress_s
         for request in ids.tolist():
             follow = int(self._next_turn[request]) if self._turns else -1
             if follow >= 0:
-                self._issue(at_s + self.turn_think_time_s, follow)
+                self._issue(seen_at + self.turn_think_time_s, follow)
             elif self._starts:
-                self._issue(at_s + self.think_time_s, self._starts.pop())
+                self._issue(seen_at + self.think_time_s, self._starts.pop())
 
     def exhausted(self) -> bool:
         """True when every request has been released."""
@@ -159,7 +186,8 @@ class ServingNode:
         core = self.core
         ids, times = self.arrivals.release_until(core.clock_s)
         if len(ids):
-            core.requests.arrival_at_s[ids] = times
+            core.requests.arrival_at_s[ids] = self.arrivals.client_at_s[ids]
+            core.requests.engine_arrival_at_s[ids] = times
             core.scheduler.add_waiting(ids)
 
     def _waiting_at(self, times_s: FloatArray) -> IntArray:

@@ -1,7 +1,12 @@
-"""Engine presets: what distinguishes vLLM V1 from SGLang for the simulator.
+"""Engine presets: what distinguishes one serving engine, at one version, for the simulator.
 
 Each preset carries the engine's fixed per-step overhead (calibrated, with the measurement it was
-calibrated on) and its scheduling defaults. A scenario's ``engine`` keys override any of them.
+calibrated on), its scheduling defaults as that version shipped them, its serving front end
+(:mod:`sim.engine.frontend`), and two explicit pointers: which calibrated preset's drafting
+overheads it uses (``draft_overheads_from``, a key of ``sim/data/draft_overheads.yaml``) and which
+engine's table of supported drafting methods applies (``draft_support_from``). Short names
+(``vllm``, ``sglang``) are aliases of the newest preset of each engine. A scenario's ``engine``
+keys override any setting.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from sim.engine.frontend import FRONTEND_FIELDS, FrontEnd
 from sim.errors import ScenarioError
 
 #: Preset fields a scenario's ``engine`` section can set (the rest describe the preset itself).
@@ -28,13 +34,17 @@ SETTINGS = (
     "enable_prefix_caching",
 )
 
+#: The packaged file, relative to the ``sim`` package.
+PRESETS_FILE = "data/engine_presets.yaml"
+
 
 @dataclass(frozen=True)
 class EnginePreset:
-    """Defaults and overheads of one serving engine."""
+    """Defaults, overheads and front end of one serving engine version."""
 
     name: str
     display_name: str
+    versions: str
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size: int
@@ -44,19 +54,42 @@ class EnginePreset:
     step_overhead_s: float
     per_sequence_overhead_s: float
     reserved_memory_bytes: float
+    draft_overheads_from: str
+    draft_support_from: str
+    frontend: FrontEnd
     calibration: dict[str, Any]
     enable_prefix_caching: bool = True
 
 
 @cache
-def _presets() -> dict[str, EnginePreset]:
-    text = resources.files("sim").joinpath("data/engine_presets.yaml").read_text("utf-8")
+def _document() -> dict[str, Any]:
+    text = resources.files("sim").joinpath(PRESETS_FILE).read_text("utf-8")
     data = yaml.safe_load(text)
+    if not isinstance(data, dict) or not isinstance(data.get("presets"), dict):
+        raise ScenarioError(f"sim/{PRESETS_FILE}: expected a mapping with 'presets'")
+    return data
+
+
+def _frontend(name: str, entry: Any) -> FrontEnd:
+    if not isinstance(entry, dict):
+        raise ScenarioError(f"sim/{PRESETS_FILE}: presets.{name}.frontend must be a mapping")
+    try:
+        return FrontEnd(
+            enabled=bool(entry["enabled"]),
+            **{key: float(entry[key]) for key in FRONTEND_FIELDS},
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ScenarioError(f"sim/{PRESETS_FILE}: presets.{name}.frontend: {exc}") from None
+
+
+@cache
+def _presets() -> dict[str, EnginePreset]:
     out: dict[str, EnginePreset] = {}
-    for name, entry in data.items():
+    for name, entry in _document()["presets"].items():
         out[name] = EnginePreset(
             name=name,
             display_name=entry["display_name"],
+            versions=str(entry["versions"]),
             max_num_seqs=int(entry["max_num_seqs"]),
             max_num_batched_tokens=int(entry["max_num_batched_tokens"]),
             block_size=int(entry["block_size"]),
@@ -66,18 +99,56 @@ def _presets() -> dict[str, EnginePreset]:
             step_overhead_s=float(entry["step_overhead_s"]),
             per_sequence_overhead_s=float(entry["per_sequence_overhead_s"]),
             reserved_memory_bytes=float(entry["reserved_memory_bytes"]),
+            draft_overheads_from=str(entry["draft_overheads_from"]),
+            draft_support_from=str(entry["draft_support_from"]),
+            frontend=_frontend(name, entry["frontend"]),
             calibration=dict(entry["calibration"]),
             enable_prefix_caching=bool(entry["enable_prefix_caching"]),
         )
     return out
 
 
-def get_preset(name: str) -> EnginePreset:
-    """The preset called ``name``.
+def aliases() -> dict[str, str]:
+    """Short names and the preset each one stands for."""
+    return {str(k): str(v) for k, v in (_document().get("aliases") or {}).items()}
 
-    Raise ScenarioError naming the known presets if there is none.
+
+def preset_names() -> tuple[str, ...]:
+    """Every preset's own name, in file order."""
+    return tuple(_presets())
+
+
+def known_names() -> tuple[str, ...]:
+    """Every name ``engine.preset`` accepts: presets, then aliases."""
+    return preset_names() + tuple(aliases())
+
+
+def canonical_name(name: str) -> str:
+    """The preset ``name`` stands for (itself unless it is an alias).
+
+    Raise ScenarioError listing the known presets and aliases if ``name`` is neither.
     """
-    presets = _presets()
-    if name not in presets:
-        raise ScenarioError(f"engine.preset: unknown preset {name!r}; known: {', '.join(presets)}")
-    return presets[name]
+    if name in _presets():
+        return name
+    target = aliases().get(name)
+    if target is None:
+        described = ", ".join(f"{alias} (= {real})" for alias, real in aliases().items())
+        raise ScenarioError(
+            f"engine.preset: unknown preset {name!r}; presets: {', '.join(preset_names())}; "
+            f"aliases: {described}"
+        )
+    return target
+
+
+def get_preset(name: str) -> EnginePreset:
+    """The preset called ``name``, or the one the alias ``name`` stands for.
+
+    Raise ScenarioError naming the known presets and aliases if there is none.
+    """
+    return _presets()[canonical_name(name)]
+
+
+def reload_presets() -> None:
+    """Read the preset file again (after a calibration script rewrote it)."""
+    _document.cache_clear()
+    _presets.cache_clear()

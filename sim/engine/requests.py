@@ -25,7 +25,8 @@ class RequestTable:
     Raise ValueError if ``prefix_id`` or ``session_id`` is given with the wrong length.
 
     ``num_computed_tokens`` is the logical KV length (tokens whose KV is committed);
-    the tokens a request knows are its prompt plus the tokens emitted so far.
+    the tokens a request knows are its prompt plus the tokens emitted so far. ``arrival_at_s`` is
+    when the client sent the request, ``engine_arrival_at_s`` when it left the front end.
     ``prefix_id``/``session_id``: the shared prefix and the multi-turn session the request belongs
     to (-1: none), for routers that send related requests to one node; ``num_cached_tokens``:
     prompt tokens its first admission found in the prefix cache (vLLM's
@@ -37,6 +38,7 @@ class RequestTable:
     prefix_id: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     session_id: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     arrival_at_s: FloatArray = field(init=False)
+    engine_arrival_at_s: FloatArray = field(init=False)
     scheduled_at_s: FloatArray = field(init=False)
     first_token_at_s: FloatArray = field(init=False)
     finished_at_s: FloatArray = field(init=False)
@@ -61,6 +63,7 @@ class RequestTable:
             raise ValueError("prefix_id and session_id need one entry per request")
         nan = np.full(n, np.nan)
         self.arrival_at_s = nan.copy()
+        self.engine_arrival_at_s = nan.copy()
         self.scheduled_at_s = nan.copy()
         self.first_token_at_s = nan.copy()
         self.finished_at_s = nan.copy()
