@@ -1,8 +1,10 @@
 """Calibrate each engine preset's fixed per-step overhead from its batch-1 measurement.
 
 At batch 1 a decode step computes one token, so the step time is
-``T_fixed + T_linear(1) + T_attention(n) + T_sample(1)`` with every term but ``T_fixed`` given by
-the physics (``sim.cost_model``) and the fitted hardware efficiencies. The measured time per
+``T_fixed + T_host + T_linear(1) + T_attention(n) + T_sample(1)`` with every term but ``T_fixed``
+given by the physics (``sim.cost_model``), the fitted hardware efficiencies and the engine's host
+terms per layer and per sequence (``sim/data/host_costs.yaml``, fitted under load by
+``calibration/host_cost_fit.py``). The measured time per
 output token at batch 1 (vLLM V1: 7.07 ms, vLLM issue #20780; vLLM V0: 13 ms, vLLM blog
 2024-09-05; SGLang: 1/158.34 s, EAGLE-3 paper Table 4) is that step time, so ``T_fixed`` is their
 difference. Every preset in ``sim/data/engine_presets.yaml`` is calibrated on its own
@@ -27,16 +29,22 @@ from sim.catalogue import get_gpu, get_model
 from sim.cost_model import StepCostModel, StepShape
 from sim.efficiency import load_efficiency
 from sim.engine.presets import EnginePreset, get_preset, preset_names
+from sim.host_costs import HostCosts, load_host_profile
 
 #: Every preset (aliases are not presets and are not calibrated on their own).
 PRESETS = preset_names()
 
 
-def modeled_step_without_overhead_s(preset: EnginePreset, bandwidth: float | None = None) -> float:
-    """The physics part of the calibration step (everything but the fixed overhead).
+def modeled_step_without_overhead_s(
+    preset: EnginePreset, bandwidth: float | None = None, host: HostCosts | None = None
+) -> float:
+    """The physics part of the calibration step (everything but the fixed per-step overhead):
+    the operator classes and the engine's host terms per layer and per sequence
+    (``sim/data/host_costs.yaml``, or ``host`` when given).
 
     ``bandwidth`` replaces the fitted bandwidth efficiency (to propagate its interval).
     """
+    costs = host if host is not None else load_host_profile(preset.name).costs
     target = preset.calibration["target"]
     model = get_model(target["model"])
     gpu = get_gpu(target["gpu"])
@@ -46,7 +54,7 @@ def modeled_step_without_overhead_s(preset: EnginePreset, bandwidth: float | Non
     efficiency = load_efficiency(gpu.name)
     if bandwidth is not None:
         efficiency = replace(efficiency, bandwidth=bandwidth)
-    cost = StepCostModel(model, gpu, tp, efficiency, 0.0, 0.0)
+    cost = StepCostModel(model, gpu, tp, efficiency, 0.0, costs.per_sequence_overhead_s, host=costs)
     shape = StepShape(
         num_seqs=batch,
         num_tokens=batch,

@@ -1,29 +1,31 @@
-"""Fit an engine's host costs (per step, per layer, per sequence) to serving under load.
+"""Fit an engine's host costs (per layer and per sequence) to serving under load.
 
 A batch-1 point alone cannot tell a fixed cost per step from one per layer or per sequence: they
 are one number at batch 1 on one model. Serving runs of a deeper model across tensor-parallel
 degrees and concurrencies separate them: the per-layer term does not shrink with TP, the
 per-sequence term grows with the batch. The fit simulates every row through :mod:`sim.run` (closed
-loop at the row's concurrency, its input and output lengths) and chooses
-``(step_overhead_s, per_layer_overhead_s, per_sequence_overhead_s)`` by robust least squares on
-the log-ratio of simulated to measured mean TPOT (scipy ``least_squares``, soft-L1, scale 0.05).
-The batch-1 calibration point of the preset is one more row, weighted so that it stays within a
-few percent. The 95 % intervals come from a bootstrap over rows (refitting each time).
+loop at the row's concurrency, its input and output lengths) and chooses the free terms by robust
+least squares on the log-ratio of simulated to measured mean TPOT (scipy ``least_squares``,
+soft-L1, scale 0.05). At every trial the per-step overhead is recalibrated so that the preset's
+batch-1 point stays exact (``calibration/engine_overhead.py``). The 95 % intervals come from a
+bootstrap over rows (refitting each time).
 
 Fit rows for ``vllm-v1``: vLLM 0.12.0 on H100 SXM, Qwen3-32B bf16, TP 2/4/8, 1,024-token prompts,
-512- and 1,024-token outputs, concurrency 8-128 (ai-dynamo/aiconfigurator commit 095f58a51c,
-``aic-core/src/aiconfigurator_core/systems/silicon_sample.csv``, Apache-2.0), and vLLM issue
-#20780's batch-1 TPOT of Llama-3.1-8B on one H100 (7.07 ms). Every other under-load row is out
-of sample (``specsim validate``).
+512- and 1,024-token outputs, concurrency 8-128; for ``sglang-0.5``: SGLang 0.5.1 on the same
+model and GPU, 256- and 512-token outputs, concurrency 16-128 (ai-dynamo/aiconfigurator commit
+095f58a51c, ``aic-core/src/aiconfigurator_core/systems/silicon_sample.csv``, Apache-2.0). Every
+other under-load row is out of sample (``specsim validate``). Presets without such rows carry
+their terms from a fitted preset, and say so.
 
-Run ``python -m calibration.host_cost_fit --shared PATH [--write]``.
+Run ``python -m calibration.host_cost_fit --shared PATH --preset NAME [--write]``; then
+``python -m calibration.engine_overhead --write`` stores the per-step overheads.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,9 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares
 
+from calibration.engine_overhead import modeled_step_without_overhead_s
+from sim.engine.presets import get_preset
+from sim.host_costs import load_host_profile
 from sim.run import run_scenario
 from sim.scenario import Scenario
 
@@ -39,11 +44,9 @@ SILICON_SOURCE = (
     "ai-dynamo/aiconfigurator 095f58a51c aic-core/src/aiconfigurator_core/systems/"
     "silicon_sample.csv (Apache-2.0)"
 )
-PARAMETERS = ("step_overhead_s", "per_layer_overhead_s", "per_sequence_overhead_s")
+PARAMETERS = ("per_layer_overhead_s", "per_sequence_overhead_s")
 #: Starting point and bounds, in milliseconds.
-X0_MS, LOWER_MS, UPPER_MS = (0.5, 0.02, 0.02), (0.0, 0.0, 0.0), (5.0, 0.2, 0.5)
-#: Weight of the batch-1 anchor against one under-load row.
-ANCHOR_WEIGHT = 4.0
+X0_MS, LOWER_MS, UPPER_MS = (0.02, 0.02), (0.0, 0.0), (0.2, 0.5)
 NUM_BOOTSTRAP, BOOTSTRAP_SEED = 40, 20262
 HOST_FILE = Path(__file__).resolve().parents[1] / "sim" / "data" / "host_costs.yaml"
 HEADER = """\
@@ -69,34 +72,16 @@ class Row:
     source: str
 
 
-def _issue_20780() -> Row:
-    return Row("llama-3.1-8b", "h100-sxm", 1, 1, 100, 212, 7.07, "vllm-project/vllm #20780")
-
-
-def _eagle3_table4() -> Row:
-    return Row(
-        "llama-3.1-8b",
-        "h100-sxm",
-        1,
-        1,
-        100,
-        212,
-        1000 / 158.34,
-        "EAGLE-3 paper (arXiv:2503.01840) Table 4, SGLang, 158.34 tok/s",
-    )
-
-
 @dataclass(frozen=True)
 class FitSet:
     """What one preset's host costs are fitted on.
 
-    ``silicon``: (backend, version, output lengths) of the silicon rows, or None; ``anchor``: the
-    preset's batch-1 point, or None; ``free``: the parameters fitted; ``carried``: the others,
-    each read from another preset's fitted entry (the reason is in ``note``).
+    ``silicon``: (backend, version, output lengths) of the silicon rows, or None; ``free``: the
+    parameters fitted; ``carried``: the others, each read from another preset's entry (the reason
+    is in ``note``).
     """
 
     silicon: tuple[str, str, tuple[str, ...]] | None
-    anchor: Row | None
     free: tuple[str, ...]
     carried: dict[str, str]
     note: str
@@ -105,20 +90,33 @@ class FitSet:
 FIT_SETS = {
     "vllm-v1": FitSet(
         ("vllm", "0.12.0", ("512", "1024")),
-        _issue_20780(),
         PARAMETERS,
         {},
-        "all three terms fitted: vLLM V1 runs its CPU work synchronously, so the batch "
+        "both terms fitted: vLLM V1 runs its CPU work in line with the forward, so the batch "
         "dependence shows in TPOT",
     ),
-    "sglang": FitSet(
+    "sglang-0.5": FitSet(
         ("sglang", "0.5.1.post1", ("256", "512")),
-        _eagle3_table4(),
-        ("step_overhead_s", "per_layer_overhead_s"),
+        ("per_layer_overhead_s",),
         {"per_sequence_overhead_s": "vllm-v1"},
-        "SGLang's overlap scheduler hides its per-sequence CPU work behind the forward in "
-        "these non-speculative runs, so that term is not identified here; vLLM V1's fitted "
-        "value is carried over (it shows only when overlap is off, e.g. for EAGLE in SGLang)",
+        "SGLang's overlap scheduler hides its per-sequence CPU work behind the forward in these "
+        "non-speculative runs, so that term is not identified here; vLLM V1's fitted value is "
+        "carried over (it shows only where overlap is off, e.g. for EAGLE)",
+    ),
+    "sglang-0.4": FitSet(
+        None,
+        (),
+        {"per_layer_overhead_s": "sglang-0.5", "per_sequence_overhead_s": "vllm-v1"},
+        "no SGLang 0.4 serving rows under load: the per-layer term of SGLang 0.5 and the "
+        "per-sequence term of vLLM V1 are carried over; the per-step overhead is SGLang 0.4.4's "
+        "batch-1 point",
+    ),
+    "vllm-v0": FitSet(
+        None,
+        (),
+        {"per_layer_overhead_s": "vllm-v1"},
+        "no vLLM 0.5/0.6 serving rows under load: the per-layer term of vLLM V1 is carried over; "
+        "the per-sequence term is a V0-like engine's measured CPU cost (see sources)",
     ),
 }
 
@@ -157,12 +155,22 @@ def silicon_rows(shared: Path, preset: str = "vllm-v1") -> list[Row]:
     return sorted(rows, key=lambda x: (x.tp, x.output_tokens, x.concurrency))
 
 
+def step_overhead_for(preset: str, values_s: dict[str, float]) -> float:
+    """The per-step overhead that keeps ``preset``'s batch-1 point exact with these host terms."""
+    engine = get_preset(preset)
+    costs = replace(
+        load_host_profile(preset).costs,
+        per_layer_overhead_s=values_s["per_layer_overhead_s"],
+        per_sequence_overhead_s=values_s["per_sequence_overhead_s"],
+    )
+    measured = float(engine.calibration["measured_tpot_s"])
+    return measured - modeled_step_without_overhead_s(engine, host=costs)
+
+
 def row_scenario(row: Row, preset: str, values_s: dict[str, float]) -> Scenario:
     """A closed-loop run of ``row`` with the host values ``values_s`` set on the engine."""
-    engine: dict[str, Any] = {"preset": preset}
-    engine["step_overhead_s"] = values_s["step_overhead_s"]
-    engine["per_sequence_overhead_s"] = values_s["per_sequence_overhead_s"]
-    engine["per_layer_overhead_s"] = values_s["per_layer_overhead_s"]
+    engine: dict[str, Any] = {"preset": preset, **values_s}
+    engine["step_overhead_s"] = max(step_overhead_for(preset, values_s), 0.0)
     return Scenario.model_validate(
         {
             "name": f"host-fit-{row.model}-tp{row.tp}-c{row.concurrency}",
@@ -196,32 +204,16 @@ def carried_values(preset: str) -> dict[str, float]:
     }
 
 
-def fit(
-    rows: list[Row],
-    preset: str,
-    x0_ms: np.ndarray | None = None,
-    anchored: bool = True,
-) -> np.ndarray:
-    """The free parameters (ms) minimising the soft-L1 log-ratio residuals over ``rows`` (with
-    ``anchored``, the first row is the anchor, weighted :data:`ANCHOR_WEIGHT`)."""
+def fit(rows: list[Row], preset: str, x0_ms: np.ndarray | None = None) -> np.ndarray:
+    """The free parameters (ms) minimising the soft-L1 log-ratio residuals over ``rows``."""
     spec = FIT_SETS[preset]
     index = [PARAMETERS.index(name) for name in spec.free]
-    fixed = carried_values(preset)
     measured = np.array([r.tpot_ms for r in rows])
-    weights = np.ones(len(rows))
-    if anchored:
-        weights[0] = ANCHOR_WEIGHT
     start = np.asarray(X0_MS)[index] if x0_ms is None else x0_ms
 
-    def values(x_ms: np.ndarray) -> dict[str, float]:
-        out = dict(fixed)
-        out.update({name: float(v) * 1e-3 for name, v in zip(spec.free, x_ms, strict=True)})
-        out.setdefault("step_overhead_s", 0.0)
-        return out
-
     def residuals(x_ms: np.ndarray) -> np.ndarray:
-        predicted = simulate_tpot_ms(rows, preset, values(x_ms))
-        return weights * np.log(predicted / measured)
+        predicted = simulate_tpot_ms(rows, preset, all_values(preset, x_ms))
+        return np.asarray(np.log(predicted / measured))
 
     result = least_squares(
         residuals,
@@ -250,12 +242,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bootstrap", type=int, default=NUM_BOOTSTRAP)
     args = parser.parse_args(argv)
     spec = FIT_SETS[args.preset]
-    anchor = [spec.anchor] if spec.anchor is not None else []
-    rows = [*anchor, *silicon_rows(args.shared, args.preset)]
-    x = fit(rows, args.preset, anchored=bool(anchor))
+    rows = silicon_rows(args.shared, args.preset)
+    x = fit(rows, args.preset) if spec.free else np.zeros(0)
     values = all_values(args.preset, x)
     predicted = simulate_tpot_ms(rows, args.preset, values)
-    print(f"fit of {args.preset} on {len(rows)} rows ({spec.note}):")
+    print(f"host costs of {args.preset} ({spec.note}):")
     for row, p in zip(rows, predicted, strict=True):
         err = (p - row.tpot_ms) / row.tpot_ms
         print(
@@ -264,11 +255,9 @@ def main(argv: list[str] | None = None) -> None:
         )
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     samples = []
-    first = 1 if anchor else 0
-    for _ in range(args.bootstrap):
-        pick = rng.integers(first, len(rows), len(rows) - first)
-        resample = [*rows[:first], *[rows[i] for i in pick]]
-        samples.append(fit(resample, args.preset, x, anchored=bool(anchor)))
+    for _ in range(args.bootstrap if spec.free else 0):
+        pick = rng.integers(0, len(rows), len(rows))
+        samples.append(fit([rows[i] for i in pick], args.preset, x))
     if samples:
         low, high = np.percentile(np.array(samples), [2.5, 97.5], axis=0)
     else:
@@ -283,6 +272,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {name}: {x[i]:.4f} ms, 95% CI [{low[i]:.4f}, {high[i]:.4f}]{flag}")
     for name, source in spec.carried.items():
         print(f"  {name}: {values[name] * 1e3:.4f} ms, carried from {source}")
+    print(
+        f"  step_overhead_s: {step_overhead_for(args.preset, values) * 1e3:.4f} ms (batch-1 point)"
+    )
     if args.write:
         document = yaml.safe_load(HOST_FILE.read_text(encoding="utf-8"))
         entry = document["presets"][args.preset]
@@ -302,12 +294,12 @@ def main(argv: list[str] | None = None) -> None:
             "rows": len(rows),
             "mean_abs_error": round(
                 float(np.mean(np.abs(predicted / [r.tpot_ms for r in rows] - 1))), 4
-            ),
-            "sources": [*(r.source for r in anchor), SILICON_SOURCE]
-            if spec.silicon
-            else [r.source for r in anchor],
+            )
+            if rows
+            else None,
+            "sources": [SILICON_SOURCE] if spec.silicon else [],
             "method": "calibration/host_cost_fit.py: soft-L1 least squares on log TPOT ratios "
-            "of closed-loop simulations; bootstrap over rows",
+            "of closed-loop simulations, the batch-1 point kept exact; bootstrap over rows",
         }
         HOST_FILE.write_text(
             HEADER + yaml.safe_dump(document, sort_keys=False, width=100), encoding="utf-8"

@@ -144,6 +144,10 @@ class StepCostModel:
             per_sequence_overhead_s=per_sequence_overhead_s,
         )
         self.host = HostCostModel(self.host_costs, model.spec.num_layers)
+        # Measured kernel tables price what they cover on this GPU (engine steps only).
+        from sim.kernel_costs import KernelCosts  # the kernel module builds on this one
+
+        self._kernels = KernelCosts(model, gpu, tp, efficiency) if host is not None else None
         self.speculative = speculative
         self.cpu_overlap = base.cpu_overlap if cpu_overlap is None else cpu_overlap
         #: Whether the host model changes anything beyond the two plain overheads.
@@ -283,15 +287,29 @@ class StepCostModel:
         # Every token of a decode-only step yields logits; a prefill chunk yields at most one.
         graphed = self.host.graphed(num_seqs, n_real, n_real <= n_logits)
         n = self.host.padded_tokens(num_seqs, n_real, graphed)
-        linear = self.linear_s(n, n_logits)
+        kernels = self._kernels
+        measured = kernels is not None
+        linear = (
+            kernels.linear_s(n, n_logits)
+            if kernels is not None and kernels.prices_linear
+            else self.linear_s(n, n_logits)
+        )
         kv_read = np.asarray(shape.kv_read_tokens, dtype=np.float64)
         pairs = np.asarray(shape.attention_pairs, dtype=np.float64)
         if self.host_costs.verify_batch_expansion:
             # Each verified position is its own sequence reading the whole context: Σ t_i·n_i,
             # which is the step's (query, key) pair count, for the decode-only steps.
             kv_read = np.where(n_real <= n_logits, np.maximum(kv_read, pairs), kv_read)
-        attention = np.maximum(self._kv_s_per_token * kv_read, self._attention_s_per_pair * pairs)
-        allreduce = self.allreduce_s(n)
+        if kernels is not None and kernels.prices_attention:
+            attention = kernels.attention_s(num_seqs, n_real, kv_read, pairs)
+        else:
+            attention = np.maximum(
+                self._kv_s_per_token * kv_read, self._attention_s_per_pair * pairs
+            )
+        if measured and self.tp > 1 and kernels is not None and kernels.prices_allreduce:
+            allreduce = kernels.allreduce_s(n, graphed)
+        else:
+            allreduce = self.allreduce_s(n)
         sampling = self._sampling_s_per_logit * n_logits
         forward = linear + attention + allreduce + sampling
         stall = self.host.launch_stall_s(forward, graphed)

@@ -202,7 +202,9 @@ class HostCostModel:
 #: The packaged file, relative to the ``sim`` package.
 HOST_COSTS_FILE = "data/host_costs.yaml"
 #: Scheduling settings a speculative rule may change (the engine's own defaults for that method).
-RULE_SETTINGS = ("max_num_seqs", "chunked_prefill")
+RULE_SETTINGS = ("max_num_seqs", "chunked_prefill", "max_prefills_per_step")
+#: How an engine forms batches: mixed prefill and decode steps or not (``SchedulerConfig``).
+BATCHING_KEYS = ("mixed_batches",)
 #: Host-cost fields a speculative rule may change.
 RULE_COSTS = ("cpu_overlap", "cuda_graph_padding", "verify_batch_expansion")
 
@@ -225,8 +227,8 @@ class HostProfile:
     preset: str
     costs: HostCosts
     rules: tuple[SpeculativeRule, ...]
-    #: A per-step overhead fitted jointly with the other host terms (None: the preset's own).
-    step_overhead_s: float | None = None
+    #: Whether a step may mix prefill chunks with decodes (see ``SchedulerConfig``).
+    mixed_batches: bool = True
 
     def for_method(self, method: str) -> tuple[HostCosts, dict[str, int | bool], list[str]]:
         """The host costs in force when ``method`` drafts, the scheduling defaults the engine
@@ -294,30 +296,21 @@ def load_host_profile(preset: str) -> HostProfile:
     except (TypeError, ValueError) as exc:
         raise CatalogueError(f"sim/{HOST_COSTS_FILE}: {preset}: {exc}") from None
     rules = tuple(_rule(preset, i, r) for i, r in enumerate(entry.get("speculative") or []))
-    step = entry.get("step_overhead_s")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int | float)):
-        raise CatalogueError(f"sim/{HOST_COSTS_FILE}: {preset}.step_overhead_s must be a number")
-    return HostProfile(
-        preset=preset,
-        costs=costs,
-        rules=rules,
-        step_overhead_s=None if step is None else float(step),
-    )
+    mixed = entry.get("mixed_batches")
+    if not isinstance(mixed, bool):
+        raise CatalogueError(f"sim/{HOST_COSTS_FILE}: {preset}.mixed_batches must be true or false")
+    return HostProfile(preset=preset, costs=costs, rules=rules, mixed_batches=mixed)
 
 
 def engine_overheads_s(preset: str, step_overhead_s: float) -> dict[str, float]:
     """The per-step, per-layer, per-sequence and per-token overheads in force for the engine
-    ``preset`` (whose own batch-1 per-step value is ``step_overhead_s``): the host-cost fit's
-    values where it has them.
+    ``preset`` (whose calibrated per-step value is ``step_overhead_s``).
 
     Raise CatalogueError as :func:`load_host_profile`.
     """
-    profile = load_host_profile(preset)
-    costs = profile.costs
+    costs = load_host_profile(preset).costs
     return {
-        "step_overhead_s": (
-            step_overhead_s if profile.step_overhead_s is None else profile.step_overhead_s
-        ),
+        "step_overhead_s": step_overhead_s,
         "per_layer_overhead_s": costs.per_layer_overhead_s,
         "per_sequence_overhead_s": costs.per_sequence_overhead_s,
         "per_token_overhead_s": costs.per_token_overhead_s,

@@ -33,7 +33,7 @@ from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
 from sim.errors import ScenarioError
-from sim.host_costs import load_host_profile
+from sim.host_costs import HostProfile, load_host_profile
 from sim.metrics import summarize
 from sim.profiles import EngineProfile, load_engine_profile
 from sim.random_streams import RandomStreams
@@ -73,14 +73,8 @@ def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> EnginePr
     e = scenario.engine
     preset = get_preset(e.preset)
     host = load_host_profile(preset.name)
-    # Host overheads fitted under load replace the preset's batch-1 values.
-    preset = replace(
-        preset,
-        step_overhead_s=(
-            preset.step_overhead_s if host.step_overhead_s is None else host.step_overhead_s
-        ),
-        per_sequence_overhead_s=host.costs.per_sequence_overhead_s,
-    )
+    # The per-sequence overhead fitted under load (sim/data/host_costs.yaml) is the engine's.
+    preset = replace(preset, per_sequence_overhead_s=host.costs.per_sequence_overhead_s)
     if scenario.speculation.method != "none":
         # What the engine itself changes for this method (e.g. SGLang's smaller batch cap).
         _, imposed, _ = host.for_method(scenario.speculation.method)
@@ -103,6 +97,28 @@ def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> EnginePr
         if getattr(e.frontend, key) is not None
     }
     return replace(preset, frontend=replace(preset.frontend, **frontend), **written)
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How the engine forms batches (``SchedulerConfig.mixed_batches``, ``max_prefills_per_step``):
+    the engine's own rule for the method, unless the scenario sets it."""
+
+    mixed_batches: bool
+    max_prefills_per_step: int
+
+
+def batching_of(scenario: Scenario, host: HostProfile) -> Batching:
+    """The batching in force for ``scenario`` on the engine described by ``host``."""
+    mixed = host.mixed_batches
+    limit = 0
+    if scenario.speculation.method != "none":
+        limit = int(host.for_method(scenario.speculation.method)[1].get("max_prefills_per_step", 0))
+    e = scenario.engine
+    return Batching(
+        mixed_batches=mixed if e.mixed_batches is None else e.mixed_batches,
+        max_prefills_per_step=limit if e.max_prefills_per_step is None else e.max_prefills_per_step,
+    )
 
 
 def _check_profile_target(scenario: Scenario, profile: EngineProfile) -> None:
@@ -195,6 +211,7 @@ def build_simulation(
         efficiency = fitted if fitted is not None else efficiency
     method = scenario.speculation.method
     host_profile = load_host_profile(engine.name)
+    batching = batching_of(scenario, host_profile)
     host = host_profile.costs if method == "none" else host_profile.for_method(method)[0]
     # A calibrated profile's host terms, then the scenario's own keys, over the preset's.
     profile_terms = (
@@ -273,6 +290,8 @@ def build_simulation(
             strategy.extra_tokens_per_decode,
             drop_last_cached_block=engine.name == "vllm-v1"
             and scenario.speculation.method in HIDDEN_STATE_DRAFTERS,
+            mixed_batches=batching.mixed_batches,
+            max_prefills_per_step=batching.max_prefills_per_step,
         ),
         requests,
         kv,

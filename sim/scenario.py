@@ -93,6 +93,8 @@ class EngineConfig(BaseModel):
     per_layer_overhead_s: float | None = Field(default=None, ge=0)
     per_token_overhead_s: float | None = Field(default=None, ge=0)
     enable_prefix_caching: bool | None = None
+    mixed_batches: bool | None = None
+    max_prefills_per_step: int | None = Field(default=None, ge=0)
     profile: str | None = None
     fast_forward: bool = True
     frontend: FrontendConfig = FrontendConfig()

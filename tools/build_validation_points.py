@@ -205,6 +205,7 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
         )
         short = model if model in AIC_MODELS.values() else row["model_path"].split("/")[-1].lower()
         stem = f"aic-{short}-{row['backend']}-{row['isl']}x{row['osl']}-c{concurrency}-tp{tp}"
+        stem += "-h200" if gpu == "h200" and "235b" not in short else ""
         for quantity, column in (("tpot_ms", "silicon_tpot_ms"), ("ttft_ms", "silicon_ttft_ms")):
             yield _row(
                 point_id=f"{stem}-{quantity.split('_')[0]}",

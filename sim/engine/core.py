@@ -116,8 +116,8 @@ class EngineCore:
         each whole prompt while every running sequence decodes: then that step opens a decode
         stretch (:func:`plan_segment` checks the token budget and the blocks)."""
         s, r = self.scheduler, self.requests
-        if not self.fast_forward_enabled or not s.waiting:
-            return None
+        if not self.fast_forward_enabled or not s.waiting or not s.config.mixed_batches:
+            return None  # without mixed batches an admission is a prefill-only step
         if len(s.running) + len(s.waiting) > s.config.max_num_seqs:
             return None
         waiting = np.fromiter(s.waiting, dtype=np.int64, count=len(s.waiting))

@@ -41,6 +41,12 @@ class SchedulerConfig:
     #: states needs them there (vLLM V1 with EAGLE/MTP: FullAttentionManager.find_longest_cache_hit
     #: in vllm/v1/core/single_type_kv_cache_manager.py pops the last matched block if use_eagle).
     drop_last_cached_block: bool = False
+    #: Whether a step may mix prefill chunks with decodes (vLLM V1, chunked prefill) or is either
+    #: a prefill batch or a decode batch, prefills first (SGLang: ``enable_mixed_chunk`` off by
+    #: default; ``Scheduler.get_next_batch_to_run`` runs a new prefill batch when it can).
+    mixed_batches: bool = True
+    #: Requests a prefill batch may carry (0: any number; SGLang's ``prefill_only_one_req``: 1).
+    max_prefills_per_step: int = 0
 
     def __post_init__(self) -> None:
         if self.rollback_policy not in ROLLBACK_POLICIES:
@@ -143,7 +149,7 @@ class Scheduler:
 
         Raise ScenarioError if a lone request can never fit in the KV pool.
         """
-        cfg, r, kv = self.config, self.requests, self.kv
+        cfg = self.config
         budget = cfg.max_num_batched_tokens
         ids_out: list[IntArray] = []
         new_out: list[IntArray] = []
@@ -153,56 +159,34 @@ class Scheduler:
         scratch_blocks = 0
         num_preempted = 0
 
-        running = self.running
-        if len(running):
-            is_dec = self.decode_mask(running)
-            if len(self.plan.proposed):
-                proposed, accepted = self.plan.lookup(running, r.num_decode_steps[running])
-                proposed = proposed * is_dec
-                accepted = accepted * is_dec
-            else:
-                proposed = accepted = np.zeros(len(running), dtype=np.int64)
-            want = np.where(
-                is_dec,
-                1 + cfg.extra_tokens_per_decode + proposed,
-                r.known_tokens(running) - r.num_computed_tokens[running],
+        if cfg.mixed_batches:
+            num_preempted, scratch_blocks, budget = self._schedule_running(
+                self.running, budget, ids_out, new_out, dec_out, prop_out, acc_out
             )
-            cum = np.cumsum(want)
-            take = np.minimum(np.maximum(budget - (cum - want), 0), want)
-            if len(self.plan.proposed):
-                # A decode short of budget verifies fewer drafts (vLLM V1 trims spec tokens).
-                proposed = np.maximum(take - 1 - cfg.extra_tokens_per_decode, 0) * is_dec
-                accepted = np.minimum(accepted, proposed)
-            keep = take > 0
-            ids, take, is_dec = running[keep], take[keep], is_dec[keep]
-            proposed, accepted = proposed[keep], accepted[keep]
-            own_slots, scratch = self._slots(ids, take, is_dec, proposed)
-            need = kv.blocks_needed(ids, own_slots)
-            if int(need.sum()) + int(scratch.sum()) > kv.num_free:
-                ids, take, is_dec, proposed, accepted, own_slots, scratch, num_preempted = (
-                    self._allocate_with_preemption(ids, take, is_dec, proposed, accepted)
+            admitted = self._admit(now_s, budget) if num_preempted == 0 else None
+        else:
+            # Prefill batch first: chunks of requests still prefilling, then new admissions.
+            limit = cfg.max_prefills_per_step or cfg.max_num_seqs
+            prefilling = self.running[~self.decode_mask(self.running)][:limit]
+            if len(prefilling):
+                num_preempted, scratch_blocks, budget = self._schedule_running(
+                    prefilling, budget, ids_out, new_out, dec_out, prop_out, acc_out
                 )
-            else:
-                kv.grant(ids, need)
-            self._cache_scheduled(ids, take, is_dec)
-            scratch_blocks = int(scratch.sum())
-            kv.reserve_scratch(scratch_blocks)
-            budget -= int(take.sum())
-            ids_out.append(ids)
-            new_out.append(take)
-            dec_out.append(is_dec)
-            prop_out.append(proposed)
-            acc_out.append(accepted)
-
-        if num_preempted == 0:
-            admitted = self._admit(now_s, budget)
-            if admitted is not None:
-                ids_out.append(admitted[0])
-                new_out.append(admitted[1])
-                dec_out.append(np.zeros(len(admitted[0]), dtype=bool))
-                zeros = np.zeros(len(admitted[0]), dtype=np.int64)
-                prop_out.append(zeros)
-                acc_out.append(zeros)
+            room = limit - sum(len(ids) for ids in ids_out)
+            admitted = self._admit(now_s, budget, room) if num_preempted == 0 and room > 0 else None
+            if not ids_out and admitted is None and num_preempted == 0:
+                decoding = self.running[self.decode_mask(self.running)]
+                if len(decoding):
+                    num_preempted, scratch_blocks, budget = self._schedule_running(
+                        decoding, budget, ids_out, new_out, dec_out, prop_out, acc_out
+                    )
+        if admitted is not None:
+            ids_out.append(admitted[0])
+            new_out.append(admitted[1])
+            dec_out.append(np.zeros(len(admitted[0]), dtype=bool))
+            zeros = np.zeros(len(admitted[0]), dtype=np.int64)
+            prop_out.append(zeros)
+            acc_out.append(zeros)
 
         if not ids_out:
             empty = np.zeros(0, dtype=np.int64)
@@ -216,6 +200,64 @@ class Scheduler:
             scratch_blocks=scratch_blocks,
             num_preempted=num_preempted,
         )
+
+    def _schedule_running(
+        self,
+        running: IntArray,
+        budget: int,
+        ids_out: list[IntArray],
+        new_out: list[IntArray],
+        dec_out: list[NDArray[np.bool_]],
+        prop_out: list[IntArray],
+        acc_out: list[IntArray],
+    ) -> tuple[int, int, int]:
+        """Schedule ``running`` (in order) into the step's lists: their decodes or prefill chunks
+        within ``budget``, their KV blocks (preempting from the tail of running if short).
+        Return the requests preempted, the scratch blocks reserved and the budget left."""
+        cfg, r, kv = self.config, self.requests, self.kv
+        num_preempted = scratch_blocks = 0
+        if len(running) == 0:
+            return num_preempted, scratch_blocks, budget
+        is_dec = self.decode_mask(running)
+        if len(self.plan.proposed):
+            proposed, accepted = self.plan.lookup(running, r.num_decode_steps[running])
+            proposed = proposed * is_dec
+            accepted = accepted * is_dec
+        else:
+            proposed = accepted = np.zeros(len(running), dtype=np.int64)
+        want = np.where(
+            is_dec,
+            1 + cfg.extra_tokens_per_decode + proposed,
+            r.known_tokens(running) - r.num_computed_tokens[running],
+        )
+        cum = np.cumsum(want)
+        take = np.minimum(np.maximum(budget - (cum - want), 0), want)
+        if len(self.plan.proposed):
+            # A decode short of budget verifies fewer drafts (vLLM V1 trims spec tokens).
+            proposed = np.maximum(take - 1 - cfg.extra_tokens_per_decode, 0) * is_dec
+            accepted = np.minimum(accepted, proposed)
+        keep = take > 0
+        ids, take, is_dec = running[keep], take[keep], is_dec[keep]
+        proposed, accepted = proposed[keep], accepted[keep]
+        own_slots, scratch = self._slots(ids, take, is_dec, proposed)
+        need = kv.blocks_needed(ids, own_slots)
+        if int(need.sum()) + int(scratch.sum()) > kv.num_free:
+            ids, take, is_dec, proposed, accepted, own_slots, scratch, num_preempted = (
+                self._allocate_with_preemption(ids, take, is_dec, proposed, accepted)
+            )
+        else:
+            kv.grant(ids, need)
+        self._cache_scheduled(ids, take, is_dec)
+        scratch_blocks = int(scratch.sum())
+        kv.reserve_scratch(scratch_blocks)
+        budget -= int(take.sum())
+        ids_out.append(ids)
+        new_out.append(take)
+        dec_out.append(is_dec)
+        prop_out.append(proposed)
+        acc_out.append(accepted)
+
+        return num_preempted, scratch_blocks, budget
 
     def _slots(
         self, ids: IntArray, take: IntArray, is_dec: NDArray[np.bool_], proposed: IntArray
@@ -284,13 +326,17 @@ class Scheduler:
             num_preempted,
         )
 
-    def _admit(self, now_s: float, budget: int) -> tuple[IntArray, IntArray] | None:
-        """Admit waiting requests in FCFS order while budget, sequence slots and blocks allow."""
+    def _admit(
+        self, now_s: float, budget: int, max_new: int | None = None
+    ) -> tuple[IntArray, IntArray] | None:
+        """Admit waiting requests in FCFS order while budget, sequence slots and blocks allow
+        (at most ``max_new`` of them)."""
         cfg, r, kv = self.config, self.requests, self.kv
         ids: list[int] = []
         takes: list[int] = []
         num_running = len(self.running)
-        while self.waiting and budget > 0 and num_running < cfg.max_num_seqs:
+        limit = len(self.waiting) if max_new is None else max_new
+        while self.waiting and budget > 0 and num_running < cfg.max_num_seqs and len(ids) < limit:
             req = self.waiting[0]
             known = int(r.prompt_tokens[req] + r.num_emitted[req])
             computed = int(r.num_computed_tokens[req])

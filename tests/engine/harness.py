@@ -70,6 +70,9 @@ class EngineSetup:
     #: Sessions: the turn each request's finish releases (-1: none), ``turn_think_time_s`` later.
     next_turn: IntArray | None = None
     turn_think_time_s: float = 0.0
+    #: Batching: mixed prefill and decode steps (vLLM) or apart (SGLang), prefills per step cap.
+    mixed_batches: bool = True
+    max_prefills_per_step: int = 0
 
 
 def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
@@ -92,6 +95,8 @@ def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
         setup.chunked_prefill,
         setup.rollback_policy,
         setup.extra_tokens_per_decode,
+        mixed_batches=setup.mixed_batches,
+        max_prefills_per_step=setup.max_prefills_per_step,
     )
     return EngineCore(
         Scheduler(config, requests, kv, plan),

@@ -21,6 +21,7 @@ def engine_setups(
     sharing: bool = False,
     prefix_caching: bool = False,
     spare_blocks: int | None = None,
+    separate_batches: bool = False,
 ) -> EngineSetup:
     """A small random node: tight pools and budgets so chunking and preemption happen often.
 
@@ -28,7 +29,8 @@ def engine_setups(
     chunked prefill the budget holds the longest request too (as ``sim.run`` requires), so a
     recompute after preemption always fits. ``sharing`` gives the requests shared prefixes and
     multi-turn sessions (prompts resending the history), ``prefix_caching`` turns the cache on,
-    ``spare_blocks`` fixes the pool's room beyond the minimum.
+    ``spare_blocks`` fixes the pool's room beyond the minimum, ``separate_batches`` schedules
+    prefill and decode batches apart (SGLang), with a random cap on prefills per step.
     """
     n = draw(st.integers(1, max_requests))
     prompts = np.array(draw(st.lists(st.integers(1, 40), min_size=n, max_size=n)))
@@ -118,5 +120,7 @@ def engine_setups(
         prefix_caching=prefix_caching,
         next_turn=next_turn,
         turn_think_time_s=turn_think,
+        mixed_batches=not separate_batches,
+        max_prefills_per_step=draw(st.sampled_from([0, 1, 2])) if separate_batches else 0,
     )
     return setup

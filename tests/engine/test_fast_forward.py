@@ -63,6 +63,12 @@ def test_identical_records_with_prefix_caching(setup: EngineSetup) -> None:
     event(f"fast-forwarded: {_both(setup) > 0}")
 
 
+@EQUIVALENCE
+@given(setup=engine_setups(speculative=True, separate_batches=True))
+def test_identical_records_with_prefill_and_decode_batches_apart(setup: EngineSetup) -> None:
+    event(f"fast-forwarded: {_both(setup) > 0}")
+
+
 def test_a_long_decode_is_fast_forwarded_across_chunks() -> None:
     # 300 decode steps exceed several fast-forward chunks; the equivalence must hold across them.
     setup = EngineSetup(

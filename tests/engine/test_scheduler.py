@@ -79,3 +79,17 @@ def test_a_lone_sequence_whose_lookahead_can_never_fit_is_a_clear_error(policy: 
     node = ServingNode(env, core, ArrivalSchedule(1, arrival_at_s=np.zeros(1)))
     with pytest.raises(ScenarioError, match="draft slots"):
         env.run(until=node.process)
+
+
+@PROPERTY
+@given(setup=engine_setups(speculative=True, separate_batches=True))
+def test_separate_batches_never_mix_prefill_and_decode(setup: EngineSetup) -> None:
+    """SGLang's batching: a step is a prefill batch (of at most the cap of requests) or a decode
+    batch, never both; the engine's invariants hold throughout."""
+    _, core = _run_checked(setup)
+    check_finished(core)
+    steps = core.recorder.columns()
+    decode, prefill = steps["num_decode_seqs"], steps["num_prefill_seqs"]
+    assert not ((decode > 0) & (prefill > 0)).any()
+    if setup.max_prefills_per_step:
+        assert (prefill <= setup.max_prefills_per_step).all()

@@ -1,0 +1,206 @@
+"""Operator classes priced from measured kernel tables, where the GPU has them.
+
+:class:`sim.cost_model.StepCostModel` prices a step from rooflines with efficiencies fitted on a
+dense bf16 model. For the regimes those fits never saw, ``sim/data/kernels/`` holds vLLM 0.19
+kernel measurements on the GPU itself (:mod:`sim.kernels`, docs/kernels.md), and this module turns
+them into the step's operator classes:
+
+* **all-reduce**: two per layer of ``N·H·2`` bytes, each the measured latency of vLLM's custom
+  all-reduce at that size and TP degree, inside a CUDA graph for a graphed step and outside it
+  otherwise (Megatron-LM's two all-reduces per layer, Shoeybi et al. arXiv:1909.08053);
+* **attention**: per layer the larger of the fitted paged decode kernel
+  (``floor + B·n_kv·c + KV bytes/(η·BW)``) and the fitted causal prefill kernel
+  (``floor + N·n_h·c + 4·n_h·d_h·pairs/(η·F)``), heads split over the TP ranks;
+* **FP8 linear layers**: the decoder's GEMMs at the fitted FP8 efficiency (the lm_head stays bf16);
+* **MoE experts**: ``L`` fused-MoE layers priced by the fitted grouped-GEMM roofline over the
+  expected distinct experts the step's tokens touch (uniform top-k routing), the dense part
+  (attention projections, router, lm_head) by the linear roofline.
+
+Each class is used only when its table exists for the GPU (and the TP degree, for all-reduce);
+otherwise the cost model keeps its formula. Every function takes arrays, one entry per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from sim.catalogue import BF16_BYTES, GPU, Model
+from sim.cost_model import Efficiency, smooth_max
+from sim.errors import CatalogueError
+from sim.kernels import (
+    AllReduceTable,
+    DecodeAttention,
+    MoeLayer,
+    PrefillAttention,
+    allreduce_table,
+    allreduce_tp_degrees,
+    decode_attention,
+    gemm_efficiency,
+    has_collectives,
+    moe_layer,
+    prefill_attention,
+)
+
+FloatArray = NDArray[np.float64]
+
+
+def _optional(build: Any, *args: Any, **kwargs: Any) -> Any:
+    """``build(...)``, or None when the GPU has no such table."""
+    try:
+        return build(*args, **kwargs)
+    except CatalogueError:
+        return None
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """One roofline of linear layers: weight seconds, FLOP seconds per token and per logit row,
+    and the fixed time of its GEMM kernels."""
+
+    weight_s: float
+    flop_s_per_token: float
+    flop_s_per_logit: float
+    floor_s: float
+    roofline_p: float
+
+    def time_s(self, n: FloatArray, n_logits: FloatArray) -> FloatArray:
+        flop_s = self.flop_s_per_token * n + self.flop_s_per_logit * n_logits
+        return smooth_max(self.weight_s, flop_s, self.roofline_p) + self.floor_s
+
+
+def _roofline(
+    weight_bytes: float,
+    params_per_token: float,
+    params_per_logit: float,
+    num_gemms: int,
+    eff: Efficiency,
+    gpu: GPU,
+    tp: int,
+    peak_flops: float,
+) -> _Linear:
+    bw = tp * eff.bandwidth * gpu.hbm_bandwidth_bytes_per_s
+    flops = tp * eff.flops * peak_flops
+    return _Linear(
+        weight_s=weight_bytes / bw,
+        flop_s_per_token=2.0 * params_per_token / flops,
+        flop_s_per_logit=2.0 * params_per_logit / flops,
+        floor_s=num_gemms * eff.gemm_floor_s,
+        roofline_p=eff.roofline_p,
+    )
+
+
+class KernelCosts:
+    """The measured-kernel operator classes of one model on one node (see the module docstring).
+
+    ``bf16``: the GPU's shipped linear-layer efficiency (for the lm_head and bf16 layers).
+    """
+
+    def __init__(self, model: Model, gpu: GPU, tp: int, bf16: Efficiency) -> None:
+        spec = model.spec
+        self.num_layers = spec.num_layers
+        self.hidden_size = spec.hidden_size
+        # All-reduce: the custom all-reduce's tables in and out of CUDA graphs.
+        self._graph_ar: AllReduceTable | None = None
+        self._eager_ar: AllReduceTable | None = None
+        if tp > 1 and has_collectives(gpu.name) and tp in allreduce_tp_degrees(gpu.name):
+            self._graph_ar = allreduce_table(gpu.name, tp, "graph")
+            self._eager_ar = allreduce_table(gpu.name, tp, "eager")
+        # Attention: heads per rank (KV heads are replicated when TP exceeds them).
+        self._kv_heads = max(1, spec.num_kv_heads // tp)
+        self._heads = max(1, spec.num_heads // tp)
+        self._head_dim = spec.head_dim
+        kv_dtype = model.kv_cache_precision
+        self._decode: DecodeAttention | None = _optional(decode_attention, gpu.name, kv_dtype)
+        self._prefill: PrefillAttention | None = _optional(prefill_attention, gpu.name, kv_dtype)
+        # Linear layers: FP8 decoder GEMMs and MoE experts from their own fits.
+        head = float(spec.vocab_size * spec.hidden_size)
+        moe = spec.num_experts > 1
+        dtype = model.weight_precision
+        self._moe: MoeLayer | None = None
+        if moe:
+            self._moe = _optional(
+                moe_layer,
+                gpu.name,
+                dtype,
+                hidden_size=spec.hidden_size,
+                inter_size=spec.intermediate_size,
+                num_experts=spec.num_experts,
+                topk=spec.experts_per_token,
+                tp=tp,
+            )
+        body_eff = bf16 if dtype == "bf16" else _optional(gemm_efficiency, gpu.name, dtype)
+        self._linear: tuple[_Linear, ...] | None = None
+        if body_eff is not None and (self._moe is not None or dtype != "bf16"):
+            body = float(model.dense_linear_params) - head
+            peak = gpu.bf16_dense_flops if dtype == "bf16" else gpu.fp8_dense_flops
+            assert peak is not None  # gemm_efficiency exists only where the GPU has the dtype
+            # Without experts the decoder has QKV, O, gate-up and down per layer; with them the
+            # dense part has QKV and O (the experts are the fused-MoE kernel's).
+            per_layer = 2 if moe else 4
+            self._linear = (
+                _roofline(
+                    body * model.weight_bytes_per_param,
+                    body,
+                    0.0,
+                    per_layer * spec.num_layers,
+                    body_eff,
+                    gpu,
+                    tp,
+                    peak,
+                ),
+                _roofline(head * BF16_BYTES, 0.0, head, 1, bf16, gpu, tp, gpu.bf16_dense_flops),
+            )
+
+    # --- which classes are measured -----------------------------------------------------------
+    @property
+    def prices_allreduce(self) -> bool:
+        """Whether all-reduce comes from the measured tables."""
+        return self._graph_ar is not None
+
+    @property
+    def prices_attention(self) -> bool:
+        """Whether attention comes from the measured decode and prefill kernels."""
+        return self._decode is not None and self._prefill is not None
+
+    @property
+    def prices_linear(self) -> bool:
+        """Whether the linear layers come from the FP8 or MoE fits."""
+        return self._linear is not None
+
+    # --- operator classes ---------------------------------------------------------------------
+    def allreduce_s(self, num_tokens: ArrayLike, graphed: ArrayLike) -> FloatArray:
+        """Two all-reduces per layer of ``N·H`` bf16 activations, in or out of a CUDA graph."""
+        assert self._graph_ar is not None and self._eager_ar is not None
+        message = np.asarray(num_tokens, dtype=np.float64) * self.hidden_size * BF16_BYTES
+        inside, outside = self._graph_ar(message), self._eager_ar(message)
+        one = np.where(np.asarray(graphed, dtype=bool), inside, outside)
+        return 2.0 * self.num_layers * one
+
+    def attention_s(
+        self,
+        num_seqs: ArrayLike,
+        num_tokens: ArrayLike,
+        kv_read_tokens: ArrayLike,
+        attention_pairs: ArrayLike,
+    ) -> FloatArray:
+        """Every layer's attention: the decode kernel's or the prefill kernel's time, whichever
+        the step's shape makes larger."""
+        assert self._decode is not None and self._prefill is not None
+        decode = self._decode.layer_s(num_seqs, kv_read_tokens, self._kv_heads, self._head_dim)
+        prefill = self._prefill.layer_s(num_tokens, attention_pairs, self._heads, self._head_dim)
+        return self.num_layers * np.maximum(decode, prefill)
+
+    def linear_s(self, num_tokens: ArrayLike, num_logit_tokens: ArrayLike) -> FloatArray:
+        """Decoder GEMMs at their precision's efficiency, the bf16 lm_head, and the experts."""
+        assert self._linear is not None
+        n = np.asarray(num_tokens, dtype=np.float64)
+        n_logits = np.asarray(num_logit_tokens, dtype=np.float64)
+        body, head = self._linear
+        out = body.time_s(n, np.zeros_like(n)) + head.time_s(np.zeros_like(n), n_logits)
+        if self._moe is not None:
+            out = out + self.num_layers * self._moe.time_s(n)
+        return np.asarray(out, dtype=np.float64)
