@@ -5,7 +5,8 @@ all replicas' request rows and step rows, except two that do not add up across r
 ``sim_duration_s`` is the latest replica's last step end and ``kv_cache_peak_usage`` is the
 highest of the replicas' own peaks (their pools may differ). ``fleet`` adds the router, the shape,
 and each replica's own summary. ``requests.csv`` gains ``replica`` (the replica that emitted the
-last token) and, disaggregated, ``prefill_replica``, ``decode_arrival_at_s`` and ``kv_transfer_s``.
+last token) and, disaggregated, ``prefill_replica``, ``decode_arrival_at_s`` and ``kv_transfer_s``;
+there a request's first token reaches the client with its KV, at ``decode_arrival_at_s``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ if TYPE_CHECKING:
     from sim.fleet.stage import Stage
 
 #: Columns of a disaggregated request that come from its decode replica (the rest: prefill).
-DECODE_COLUMNS = ("finished_at_s", "num_decode_steps", "num_drafted", "num_accepted")
+DECODE_COLUMNS = (
+    "first_token_at_s",
+    "finished_at_s",
+    "num_decode_steps",
+    "num_drafted",
+    "num_accepted",
+)
 
 
 def _assignment(stage: Stage, num_requests: int, offset: int) -> np.ndarray:
@@ -127,6 +134,9 @@ def _replica_summary(
         core.kv.num_blocks,
         speculative,
     )
+    if group.role == "decode":
+        # A decode replica's requests arrive with their first token: TTFT is the fleet's.
+        summary["ttft_ms"] = {key: None for key in summary["ttft_ms"]}
     return {
         "replica": replica.index,
         "role": group.role,

@@ -194,19 +194,23 @@ def run_fleet(
         handed = transfer_s
 
         def on_prefill_finish(ids: IntArray, at_s: float) -> None:
-            first_token_at_s[ids] = at_s
+            # The first token travels with the KV and reaches the client through the decode
+            # replica (SGLang's and vLLM's P/D proxies stream from decode): TTFT includes the
+            # transfer. A one-token request is done at the prefill replica.
             done_here = 0
             for request in ids.tolist():
                 if output[request] > 1:
-                    decode_stage.offer(at_s + float(handed[request]), request)
+                    delivered = at_s + float(handed[request])
+                    first_token_at_s[request] = delivered
+                    decode_stage.offer(delivered, request)
                 else:
                     done_here += 1
             if progress is not None and done_here:
                 progress(done_here)
 
         def on_decode_release(core: EngineCore, ids: IntArray) -> None:
-            # The prompt's KV and the first token arrive with the request: decode goes on from
-            # there (a 1-token step computes the first token's KV and emits the second).
+            # The prompt's KV and the first token arrive together: decode goes on from there (a
+            # one-token step computes the first token's KV and emits the second).
             r = core.requests
             r.num_emitted[ids] = 1
             r.num_computed_tokens[ids] = r.prompt_tokens[ids]
