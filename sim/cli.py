@@ -193,11 +193,13 @@ def _register_commands() -> None:
     """Commands that live beside the simulator: calibration, and the multi-run reports."""
     from calibration.commands import register as register_calibration
     from reports.commands import register as register_reports
+    from reports.fleet_plan import register as register_fleet_plan
     from reports.report_commands import register as register_report_and_recommend
 
     register_calibration(app)
     register_reports(app)
     register_report_and_recommend(app)
+    register_fleet_plan(app)
 
 
 _register_commands()
