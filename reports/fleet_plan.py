@@ -2,13 +2,16 @@
 
 The answer is never ``ceil(target / single-node rate)`` alone: that figure is only where the
 search starts. Each candidate size N is a fleet run (:mod:`sim.fleet`) at the target rate, with
-the scenario's router, and N holds when every SLO term holds in every seed (the conservative
-combination). From the start the search steps down while N − 1 holds, or doubles up until a size
+the scenario's router, and N holds when, in every seed (the conservative combination), every SLO
+term holds and the fleet keeps up: over the second half of the arrivals it finishes at least
+:data:`MIN_SERVED_FRACTION` of the requests that arrive there (a short run that drains its queue
+at the end can meet a latency SLO while its backlog grows; this catches it). From the start the search steps down while N − 1 holds, or doubles up until a size
 holds and then bisects, so the answer N holds and N − 1 fails (or N = 1), each verified. This
 assumes that holding is monotone in N, as more replicas behind one router only share the load.
 
-A fleet unit is one replica for a colocated scenario, or the scenario's whole prefill/decode shape
-for a disaggregated one (N units scale every group's count by N), so plans can compare the two.
+A fleet unit is one replica of a plain node or of a one-group colocated fleet, or the whole mix of
+a several-group or prefill/decode fleet (N units scale every group's count by N), so plans can
+compare colocated and disaggregated serving.
 Cost per hour = GPUs × price per GPU-hour; cost per million output tokens = cost per hour /
 (output tokens per hour at the target rate) × 10⁶. A cost question without a price is an error.
 
@@ -24,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 
 from reports.slo import SloTerm, slo_value
@@ -32,6 +36,9 @@ from sim.errors import ScenarioError, SpecsimError
 from sim.run import run_scenario
 from sim.scenario import Scenario, validate_document
 
+#: A fleet keeps up when, over the second half of the arrivals, it finishes at least this share
+#: of the requests that arrive in that window (a growing backlog fails it).
+MIN_SERVED_FRACTION = 0.95
 #: Largest fleet the search tries before it reports that no size holds.
 DEFAULT_MAX_UNITS = 256
 PLAN_FILE = "fleet_plan.json"
@@ -45,6 +52,7 @@ class FleetProbe:
     num_gpus: int
     holds: bool
     seed_holds: list[bool]
+    served_fraction: list[float]
     values_ms: dict[str, list[float | None]]
     request_throughput_req_s: list[float]
     output_throughput_tok_s: list[float]
@@ -76,8 +84,10 @@ class FleetPlanResult:
     probes: list[FleetProbe] = field(default_factory=list)
     reason: str | None = None
     criterion: str = (
-        "a fleet size holds when every SLO term holds in every seed; the answer holds and the "
-        "size below it fails, each verified by a fleet run at the target rate"
+        "a fleet size holds when, in every seed, every SLO term holds and it finishes at least "
+        f"{MIN_SERVED_FRACTION:.0%} of the requests arriving over the second half of the arrival "
+        "span; the answer holds and the size below it fails, each verified by a fleet run at the "
+        "target rate"
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,13 +95,17 @@ class FleetPlanResult:
 
 
 def _unit_document(scenario: Scenario) -> dict[str, Any]:
-    """The scenario as a mapping whose fleet describes one unit."""
+    """The scenario as a mapping whose fleet describes one unit: one replica of a plain node or
+    of a one-group colocated fleet; the whole mix of a several-group or disaggregated fleet."""
     document: dict[str, Any] = scenario.model_dump(mode="json")
-    if document.get("fleet") is None:
+    fleet = document.get("fleet")
+    if fleet is None:
         document["fleet"] = {
             "replicas": [{"count": 1}],
             "router": {"policy": "least_outstanding"},
         }
+    elif fleet.get("replicas") and len(fleet["replicas"]) == 1:
+        fleet["replicas"][0]["count"] = 1
     return document
 
 
@@ -113,11 +127,11 @@ def _scaled(unit: dict[str, Any], num_units: int, rate: float, seed: int, n: int
     return document
 
 
-def _gpus_per_unit(scenario: Scenario) -> int:
-    fleet = scenario.fleet
-    node_gpus = scenario.hardware.num_gpus
-    if fleet is None:
-        return node_gpus
+def _gpus_per_unit(unit: Scenario) -> int:
+    """GPUs in one unit (``unit``'s fleet section describes it)."""
+    fleet = unit.fleet
+    assert fleet is not None
+    node_gpus = unit.hardware.num_gpus
     groups = fleet.replicas or []
     if fleet.disaggregation is not None:
         groups = [*fleet.disaggregation.prefill, *fleet.disaggregation.decode]
@@ -194,9 +208,7 @@ def nodes_needed(
                 else:
                     low = middle
             answer = high
-    per_unit = _gpus_per_unit(
-        scenario if scenario.fleet is not None else validate_document(unit, "unit")
-    )
+    per_unit = _gpus_per_unit(validate_document(unit, "fleet unit"))
     result_probe = probes.get(answer) if answer is not None else None
     throughput = (
         sum(result_probe.output_throughput_tok_s) / len(result_probe.output_throughput_tok_s)
@@ -243,22 +255,44 @@ def _probe(
     n: int,
     base_dir: Path,
 ) -> FleetProbe:
-    summaries = []
+    summaries, served = [], []
     for seed in seeds:
         document = _scaled(unit, num_units, rate, seed, n)
         where = f"fleet plan, {num_units} units, seed {seed}"
-        summaries.append(run_scenario(validate_document(document, where), base_dir).summary)
+        result = run_scenario(validate_document(document, where), base_dir)
+        summaries.append(result.summary)
+        served.append(served_fraction(result.requests))
     values = {term.key: [slo_value(s, term) for s in summaries] for term in slo}
-    seed_holds = [all(term.holds(values[term.key][i]) for term in slo) for i in range(len(seeds))]
+    seed_holds = [
+        all(term.holds(values[term.key][i]) for term in slo) and served[i] >= MIN_SERVED_FRACTION
+        for i in range(len(seeds))
+    ]
     return FleetProbe(
         num_units=num_units,
         num_gpus=int(summaries[0]["fleet"]["num_gpus"]),
         holds=all(seed_holds),
         seed_holds=seed_holds,
+        served_fraction=served,
         values_ms=values,
         request_throughput_req_s=[float(s["request_throughput_req_s"]) for s in summaries],
         output_throughput_tok_s=[float(s["output_throughput_tok_s"]) for s in summaries],
     )
+
+
+def served_fraction(requests: dict[str, np.ndarray]) -> float:
+    """Requests finished per request arrived over the second half of the arrival span.
+
+    The first half is warm-up; a stable fleet finishes about as many requests as arrive in a
+    window, an overloaded one falls behind by its backlog's growth.
+    """
+    arrival = np.sort(requests["arrival_at_s"])
+    if len(arrival) < 4:
+        return 1.0
+    start, end = float(arrival[len(arrival) // 2]), float(arrival[-1])
+    arrived = int(((arrival >= start) & (arrival <= end)).sum())
+    finish = requests["finished_at_s"]
+    done = int(((finish >= start) & (finish <= end)).sum())
+    return done / arrived
 
 
 def format_plan(plan: FleetPlanResult) -> str:
@@ -272,11 +306,11 @@ def format_plan(plan: FleetPlanResult) -> str:
             f"{key} {'/'.join('-' if v is None else f'{v:.1f}' for v in vals)}"
             for key, vals in p.values_ms.items()
         )
-        served = "/".join(f"{x:.1f}" for x in p.request_throughput_req_s)
+        served = "/".join(f"{x:.0%}" for x in p.served_fraction)
         verdict = "holds" if p.holds else "fails"
         lines.append(
             f"  {p.num_units:>4} units ({p.num_gpus} GPUs): {verdict}  {figures}  "
-            f"served {served} req/s"
+            f"kept up with {served} of arrivals"
         )
     if plan.num_units is None:
         lines.append(f"answer: none ({plan.reason})")

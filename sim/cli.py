@@ -95,6 +95,10 @@ def run(
         console.print_json(json.dumps(result.summary, default=str))
     else:
         console.print(summary_table(result.summary))
+        if "fleet" in result.summary:
+            from sim.fleet.table import replica_table
+
+            console.print(replica_table(result.summary))
     err_console.print(f"results written to {out_dir}", highlight=False)
 
 

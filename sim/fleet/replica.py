@@ -108,7 +108,8 @@ class PendingPlan:
     length: int
     #: Sorted finish times of the sequences finishing within the plan.
     finish_at_s: list[float]
-    #: When the plan's last kept step ends.
+    #: When the plan's last kept step starts, and when it ends.
+    last_start_s: float
     end_s: float
 
 
@@ -257,8 +258,10 @@ class Replica(ServingNode):
         length = core._cut_for_arrival(segment, starts, own_next, 0)
         within = segment.finish_step < length
         finish_at = np.sort(starts[segment.finish_step[within] + 1]).tolist()
-        end_s = float(starts[length])
-        return PendingPlan(segment, starts, durations, parts, length, finish_at, end_s)
+        last_start_s, end_s = float(starts[length - 1]), float(starts[length])
+        return PendingPlan(
+            segment, starts, durations, parts, length, finish_at, last_start_s, end_s
+        )
 
     def _commit(self, length: int) -> None:
         plan = self.pending
@@ -293,7 +296,9 @@ class Replica(ServingNode):
             if plan is not None:
                 # Commit once no unrouted arrival can cut the plan; until then wait at its end.
                 safe = self.stage.safe_until_s()
-                if core._cut_for_arrival(plan.segment, plan.starts, safe, 0) >= plan.length:
+                if safe > plan.last_start_s or (
+                    core._cut_for_arrival(plan.segment, plan.starts, safe, 0) >= plan.length
+                ):
                     self._commit(plan.length)
                     self._pump()
                 elif self.env.now < plan.end_s:

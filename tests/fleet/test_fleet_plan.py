@@ -14,13 +14,13 @@ from tests.fleet.helpers import scenario
 
 
 def test_answer_holds_and_one_less_fails() -> None:
-    loaded = scenario(None, num_requests=300)
+    loaded = scenario(None, num_requests=1200)
     plan = nodes_needed(
         loaded,
         Path("."),
-        target_rate_per_s=150.0,
+        target_rate_per_s=80.0,
         slo=parse_slo("ttft_p99_ms<=300"),
-        single_node_max_rate_per_s=150.0,
+        single_node_max_rate_per_s=80.0,
         price_per_gpu_hour=2.0,
         want_cost=True,
     )
