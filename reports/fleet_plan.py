@@ -5,9 +5,10 @@ search starts. Each candidate size N is a fleet run (:mod:`sim.fleet`) at the ta
 the scenario's router, and N holds when, in every seed (the conservative combination), every SLO
 term holds and the fleet keeps up: over the second half of the arrivals it finishes at least
 :data:`MIN_SERVED_FRACTION` of the requests that arrive there (a short run that drains its queue
-at the end can meet a latency SLO while its backlog grows; this catches it). From the start the search steps down while N − 1 holds, or doubles up until a size
-holds and then bisects, so the answer N holds and N − 1 fails (or N = 1), each verified. This
-assumes that holding is monotone in N, as more replicas behind one router only share the load.
+at the end can meet a latency SLO while its backlog grows; this catches it). From the start the
+search steps down while N − 1 holds, or doubles up until a size holds and then bisects, so the
+answer N holds and N − 1 fails (or N = 1), each verified. This assumes that holding is monotone
+in N, as more replicas behind one router only share the load.
 
 A fleet unit is one replica of a plain node or of a one-group colocated fleet, or the whole mix of
 a several-group or prefill/decode fleet (N units scale every group's count by N), so plans can
