@@ -116,7 +116,9 @@ class DisaggregationConfig(BaseModel):
     decode: Replicas = Field(default_factory=lambda: [ReplicaGroupConfig()])
     link: LinkConfig = LinkConfig()
 
-    @field_validator("prefill", "decode", mode="before")
+    @field_validator(
+        "prefill", "decode", mode="before", json_schema_input_type=int | list[ReplicaGroupConfig]
+    )
     @classmethod
     def _count(cls, value: Any) -> Any:
         return _as_groups(value)
@@ -139,12 +141,14 @@ class FleetConfig(BaseModel):
     #: Price of one GPU-hour in US dollars, for cost answers (``--price-per-gpu-hour`` wins).
     price_per_gpu_hour: float | None = Field(default=None, gt=0)
 
-    @field_validator("router", mode="before")
+    @field_validator("router", mode="before", json_schema_input_type=str | RouterConfig)
     @classmethod
     def _router_name(cls, value: Any) -> Any:
         return {"policy": value} if isinstance(value, str) else value
 
-    @field_validator("replicas", mode="before")
+    @field_validator(
+        "replicas", mode="before", json_schema_input_type=int | list[ReplicaGroupConfig] | None
+    )
     @classmethod
     def _count(cls, value: Any) -> Any:
         return _as_groups(value)
