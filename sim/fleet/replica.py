@@ -21,6 +21,7 @@ moved on (:meth:`Replica.wake_if`).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import heapq
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -111,6 +112,9 @@ class PendingPlan:
     #: When the plan's last kept step starts, and when it ends.
     last_start_s: float
     end_s: float
+    #: ``starts`` and the segment's sequences per step as lists, for cheap cuts.
+    starts_list: list[float]
+    num_seqs_list: list[int]
 
 
 class Replica(ServingNode):
@@ -141,6 +145,7 @@ class Replica(ServingNode):
         self._finish_heap: list[float] = []
         self._num_finished_known = 0
         self._wake: simpy.Event | None = None
+        self._sleeping = False
         #: While waiting: the stage's safe time must pass this for the replica to move on.
         self._wait_below = np.inf
 
@@ -150,9 +155,7 @@ class Replica(ServingNode):
         self.routed.add(request_id, at_s)
         self.num_routed += 1
         if self.pending is not None:
-            plan = self.pending
-            keep = self.core._cut_for_arrival(plan.segment, plan.starts, at_s, 0)
-            self._commit(min(keep, plan.length))
+            self._commit(self._cut(self.pending, at_s))
         self._wake_now()
 
     def busy(self) -> bool:
@@ -224,6 +227,17 @@ class Replica(ServingNode):
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
             self._waiting.discard(self)
+        elif self._sleeping:
+            # Asleep until its plan's end, which a routed request has just cut short.
+            self._sleeping = False
+            self.process.interrupt()
+
+    def _sleep_until(self, at_s: float) -> Generator[simpy.Event, Any, None]:
+        """Sleep until ``at_s``, or until a request routed here cuts the pending plan."""
+        self._sleeping = True
+        with contextlib.suppress(simpy.Interrupt):
+            yield self.env.timeout(max(0.0, at_s - self.env.now))
+        self._sleeping = False
 
     def _wait(self, below_s: float, until_s: float | None = None) -> simpy.Event:
         """An event the fleet triggers (or, with ``until_s``, the clock reaching it)."""
@@ -258,10 +272,29 @@ class Replica(ServingNode):
         length = core._cut_for_arrival(segment, starts, own_next, 0)
         within = segment.finish_step < length
         finish_at = np.sort(starts[segment.finish_step[within] + 1]).tolist()
-        last_start_s, end_s = float(starts[length - 1]), float(starts[length])
+        starts_list = starts[: length + 1].tolist()
         return PendingPlan(
-            segment, starts, durations, parts, length, finish_at, last_start_s, end_s
+            segment,
+            starts,
+            durations,
+            parts,
+            length,
+            finish_at,
+            starts_list[length - 1],
+            starts_list[length],
+            starts_list,
+            segment.num_seqs[:length].tolist(),
         )
+
+    def _cut(self, plan: PendingPlan, at_s: float) -> int:
+        """Steps of ``plan`` to keep for an arrival at ``at_s``: the engine's rule
+        (``EngineCore._cut_for_arrival``), none from the first step after the first that starts
+        at or after the arrival while there is room to admit it."""
+        keep = bisect.bisect_left(plan.starts_list, at_s, 1, plan.length)
+        limit = self.core.scheduler.config.max_num_seqs
+        while keep < plan.length and plan.num_seqs_list[keep] >= limit:
+            keep += 1
+        return keep
 
     def _commit(self, length: int) -> None:
         plan = self.pending
@@ -296,13 +329,11 @@ class Replica(ServingNode):
             if plan is not None:
                 # Commit once no unrouted arrival can cut the plan; until then wait at its end.
                 safe = self.stage.safe_until_s()
-                if safe > plan.last_start_s or (
-                    core._cut_for_arrival(plan.segment, plan.starts, safe, 0) >= plan.length
-                ):
+                if safe > plan.last_start_s or self._cut(plan, safe) >= plan.length:
                     self._commit(plan.length)
                     self._pump()
                 elif self.env.now < plan.end_s:
-                    yield self._wait(safe, plan.end_s)
+                    yield from self._sleep_until(plan.end_s)
                     continue
                 else:
                     yield self._wait(safe)
@@ -328,7 +359,7 @@ class Replica(ServingNode):
             if self.pending is not None:
                 self._pump()
                 if self.pending is not None:
-                    yield self._wait(safe, self.pending.end_s)
+                    yield from self._sleep_until(self.pending.end_s)
                 continue
             core.step(len(core.scheduler.waiting), min(self.routed.next_at_s(), safe))
             self._pump()
