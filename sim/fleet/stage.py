@@ -10,11 +10,12 @@ The routing contract (why results are exact and stretches stay long):
   stage at or before ``t`` is known (``t <= known_until_s()``) and, for a router that reads state,
   when every replica's state at ``t`` is known (each replica has committed every step that starts
   before ``t``, or is idle until after ``t``: :meth:`Replica.known_through_s`).
-* A replica starts a step at ``s`` only when ``s < safe_until_s()``: every arrival at or before
-  ``s`` has then been routed, so a request that will be routed to it is never missed. Its stretches
-  are cut at that time by the engine's own rule (no step starting at or after the next arrival
-  while there is room to admit it), so a replica runs ahead of an arrival only with a full batch,
-  where the arrival could not change its steps.
+* A replica commits a step starting at ``s`` only when no request that could arrive at or before
+  ``s`` is still unrouted (``safe_until_s()``). It may *plan* a decode stretch further ahead and
+  hold it uncommitted: the plan is what it will do unless a request is routed to it, so the router
+  reads its state from the plan, and a request routed to it cuts the plan by the engine's own rule
+  (no step starting at or after the arrival while there is room to admit it). A replica thus runs
+  ahead of an arrival only with a full batch, where the arrival could not change its steps.
 * A router that needs no state (round robin) routes as soon as arrivals are known, so replicas
   are never held back by each other: each runs as a plain node on its own arrivals.
 """
