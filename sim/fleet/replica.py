@@ -79,7 +79,11 @@ class RoutedArrivals:
 
     def pending_at(self, times_s: FloatArray) -> IntArray:
         """How many routed, unreleased arrivals fall at or before each of ``times_s``."""
-        pending = np.searchsorted(np.array(self._times[self._next :]), times_s, side="right")
+        start, times = self._next, self._times
+        pending = np.array(
+            [bisect.bisect_right(times, t, start) - start for t in np.asarray(times_s).tolist()],
+            dtype=np.int64,
+        )
         if self.extra_pending is not None:
             pending = pending + self.extra_pending(times_s)
         return pending.astype(np.int64)
