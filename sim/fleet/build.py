@@ -1,4 +1,4 @@
-"""Building a fleet's replicas from a scenario.
+"""Building a fleet's replicas from a scenario, and the fleet that holds them.
 
 Each replica group is the scenario with the group's ``hardware`` and ``engine`` keys written over
 the scenario's; it is built once, as a plain node, with :func:`sim.run.build_simulation` (so every
@@ -15,12 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import simpy
 
 from sim.engine.core import EngineCore
 from sim.errors import ScenarioError, SpecsimError
 from sim.fleet.config import ReplicaGroupConfig
+from sim.fleet.replica import Replica
+from sim.fleet.stage import Stage
+from sim.random_streams import RandomStreams
 from sim.run import Simulation, build_simulation
 from sim.scenario import Scenario, validate_document
+
+IntArray = np.ndarray
 
 
 @dataclass
@@ -99,3 +105,74 @@ def fresh_core(simulation: Simulation, output_tokens: np.ndarray | None = None) 
     if output_tokens is not None:
         clone.requests.output_tokens = np.asarray(output_tokens, dtype=np.int64)
     return clone
+
+
+class Fleet:
+    """The stages and replicas of one run, and the pump that routes and wakes them."""
+
+    def __init__(self) -> None:
+        self.stages: list[Stage] = []
+        self.replicas: list[Replica] = []
+        #: Replicas waiting on an event the pump may trigger.
+        self.waiting: set[Replica] = set()
+
+    def pump(self) -> None:
+        """Route whatever may be routed now, then wake replicas that may move on."""
+        for stage in self.stages:
+            stage.route()
+        if not self.waiting:
+            return
+        safe = {id(stage): stage.safe_until_s() for stage in self.stages}
+        for replica in list(self.waiting):
+            replica.wake_if(safe[id(replica.stage)])
+
+
+def session_ids(scenario: Scenario, workload: Any, streams: RandomStreams) -> IntArray | None:
+    """The workload's session ids, else ``fleet.router.num_sessions`` drawn per request.
+
+    Raise ScenarioError if session affinity is asked for and neither exists.
+    """
+    fleet = scenario.fleet
+    assert fleet is not None
+    own = getattr(workload, "session_ids", None)
+    if own is not None:
+        return np.asarray(own, dtype=np.int64)
+    if fleet.router.num_sessions is not None:
+        rng = streams.stream("fleet.sessions")
+        return rng.integers(fleet.router.num_sessions, size=workload.num_requests)
+    if fleet.router.policy == "session_affinity":
+        raise ScenarioError(
+            "fleet.router.num_sessions: session_affinity needs a session id per request; the "
+            "workload has none, so give the number of sessions to draw them from"
+        )
+    return None
+
+
+def add_replicas(
+    env: simpy.Environment,
+    fleet: Fleet,
+    stage: Stage,
+    groups: list[ReplicaGroup],
+    output_tokens: np.ndarray | None = None,
+    **hooks: Any,
+) -> None:
+    for group in groups:
+        for _ in range(group.count):
+            core = fresh_core(group.simulation, output_tokens)
+            replica = Replica(
+                env, core, stage, len(fleet.replicas), fleet.pump, fleet.waiting, **hooks
+            )
+            replica.group = group  # type: ignore[attr-defined]
+            stage.replicas.append(replica)
+            fleet.replicas.append(replica)
+
+
+def open_loop_arrivals(groups: list[ReplicaGroup]) -> np.ndarray:
+    """The workload's arrival times. Raise ScenarioError if the arrivals are closed-loop."""
+    arrivals = groups[0].simulation.workload.arrival_at_s
+    if arrivals is None:
+        raise ScenarioError(
+            "workload.arrival.process: a fleet needs open-loop arrivals (poisson, gamma or "
+            "trace); closed_loop clients are not supported behind a router"
+        )
+    return np.asarray(arrivals, dtype=np.float64)

@@ -243,15 +243,13 @@ class Replica(ServingNode):
             yield self.env.timeout(max(0.0, at_s - self.env.now))
         self._sleeping = False
 
-    def _wait(self, below_s: float, until_s: float | None = None) -> simpy.Event:
-        """An event the fleet triggers (or, with ``until_s``, the clock reaching it)."""
+    def _wait(self, below_s: float) -> simpy.Event:
+        """An event the fleet triggers once the stage's safe time passes ``below_s`` (or the
+        stage closes), or a request is routed here."""
         self._wait_below = below_s
         self._wake = self.env.event()
         self._waiting.add(self)
-        if until_s is None:
-            return self._wake
-        timeout = self.env.timeout(max(0.0, until_s - self.env.now))
-        return self.env.any_of([self._wake, timeout])
+        return self._wake
 
     # --- planning and committing -----------------------------------------------------------------
     def _plan(self) -> PendingPlan | None:
