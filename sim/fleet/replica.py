@@ -150,6 +150,9 @@ class Replica(ServingNode):
         self._num_finished_known = 0
         self._wake: simpy.Event | None = None
         self._sleeping = False
+        #: Hold planned stretches uncommitted until no unrouted request can cut them (the fast
+        #: way); off, every stretch stops at the stage's next unrouted arrival.
+        self.lookahead = True
         #: While waiting: the stage's safe time must pass this for the replica to move on.
         self._wait_below = np.inf
 
@@ -358,6 +361,13 @@ class Replica(ServingNode):
                 yield self._wait(core.clock_s)
                 continue
             self.pending = self._plan()
+            if self.pending is not None and not self.lookahead:
+                # No lookahead: commit at once, cut at the earliest unrouted arrival, as a lone
+                # node cuts at its next arrival (slower; the same records, which a test checks).
+                self._commit(self._cut(self.pending, safe))
+                self._pump()
+                yield self.env.timeout(max(0.0, core.clock_s - self.env.now))
+                continue
             if self.pending is not None:
                 self._pump()
                 if self.pending is not None:

@@ -121,3 +121,29 @@ def test_runs_are_reproducible_and_the_seed_matters() -> None:
     first, second = run(fleet), run(fleet)
     assert np.array_equal(first.requests["replica"], second.requests["replica"])
     assert first.summary["ttft_ms"] == second.summary["ttft_ms"]
+
+
+@pytest.mark.parametrize(
+    "fleet",
+    [
+        {"replicas": 3, "router": "least_outstanding"},
+        {"replicas": 3, "router": "least_kv"},
+        {"replicas": [{"count": 2}, {"count": 1, "hardware": {"gpu": "a100-80gb"}}]},
+        {"disaggregation": {"prefill": 1, "decode": 2}, "router": "least_outstanding"},
+    ],
+)
+def test_lookahead_changes_nothing_but_speed(fleet: dict) -> None:
+    # Planning past unrouted arrivals and cutting on routing must give exactly the records of
+    # stopping every replica at every arrival, which is correct by construction.
+    from pathlib import Path
+
+    from sim.run import run_scenario
+    from tests.fleet.helpers import scenario
+
+    loaded = scenario(fleet, arrival={"process": "poisson", "rate_per_s": 60})
+    fast = run_scenario(loaded, Path("."))
+    plain = run_scenario(loaded, Path("."), fleet_lookahead=False)
+    for name, column in plain.requests.items():
+        assert _same(column, fast.requests[name]), name
+    for name, column in plain.steps.items():
+        assert _same(column, fast.steps[name]), name
