@@ -95,6 +95,10 @@ def run(
         console.print_json(json.dumps(result.summary, default=str))
     else:
         console.print(summary_table(result.summary))
+        if "fleet" in result.summary:
+            from sim.fleet.table import replica_table
+
+            console.print(replica_table(result.summary))
     err_console.print(f"results written to {out_dir}", highlight=False)
 
 
@@ -206,11 +210,13 @@ def _register_commands() -> None:
     """Commands that live beside the simulator: calibration, and the multi-run reports."""
     from calibration.commands import register as register_calibration
     from reports.commands import register as register_reports
+    from reports.fleet_plan import register as register_fleet_plan
     from reports.report_commands import register as register_report_and_recommend
 
     register_calibration(app)
     register_reports(app)
     register_report_and_recommend(app)
+    register_fleet_plan(app)
 
 
 _register_commands()

@@ -408,5 +408,10 @@ def execute(
 def run_scenario(
     scenario: Scenario, base_dir: Path, progress: Callable[[int], None] | None = None, **build: Any
 ) -> ScenarioResult:
-    """Build and run ``scenario``; see :func:`build_simulation` for the errors."""
+    """Build and run ``scenario`` (a fleet when it has a ``fleet`` section: see
+    :func:`sim.fleet.runner.run_fleet`); see :func:`build_simulation` for the errors."""
+    if scenario.fleet is not None:
+        from sim.fleet.runner import run_fleet
+
+        return run_fleet(scenario, base_dir, progress, **build)
     return execute(build_simulation(scenario, base_dir, **build), progress)

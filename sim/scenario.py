@@ -19,6 +19,7 @@ from sim.acceptance.config import AcceptanceConfig
 from sim.catalogue import ModelSpec, gpu_names, model_names
 from sim.engine.presets import aliases, known_names, preset_names
 from sim.errors import ScenarioError
+from sim.fleet.config import FleetConfig
 from sim.workload import WorkloadConfig
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -176,6 +177,8 @@ class Scenario(BaseModel):
     workload: WorkloadConfig = WorkloadConfig()
     slo: dict[str, float] | None = None
     measurement: MeasurementConfig = MeasurementConfig()
+    #: Replicas of this node behind a router (sim/fleet); absent: one node.
+    fleet: FleetConfig | None = None
 
     @field_validator("model")
     @classmethod
