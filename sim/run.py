@@ -280,6 +280,8 @@ def execute(
             scenario.measurement.warmup_requests,
             simulation.memory.num_blocks,
             scenario.speculation.method != "none",
+            trim_fractions=scenario.measurement.trim_fractions,
+            goodput_ms=scenario.measurement.goodput,
         ),
         "wall_time_s": wall,
         "specsim_version": __version__,
