@@ -79,41 +79,37 @@ def _rate_list(values: list[float | None] | None) -> str:
 def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Table:
     """The capacity plan as a terminal table: one row per method."""
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
-    labels = ("method", "max\nreq/s", "interval", "per-seed\nmax", "served /\noffered",
-              "stable", "runs", "out\ntok/s", "nodes", "$/M\ntok")  # fmt: skip
+    labels = ("method", "max req/s", "interval", "per seed", "served", "stable", "nodes", "$/M tok")
     for label in labels:
         table.add_column(label, justify="left" if label == "method" else "right", no_wrap=True)
     for row in rows:
         name = f"{row['method']} *" if row["method"] == winner else row["method"]
         status = row["status"]
-        if status in ("unsupported", "no_stable_rate", "interrupted") and not row.get(
-            "max_rate_per_s"
-        ):
+        seeds = _rate_list(row.get("per_seed_max_rate_per_s"))
+        if not row.get("max_rate_per_s"):
             text = {"unsupported": "not run", "no_stable_rate": "no stable rate"}.get(
                 status, status
             )
-            runs = f"{row.get('num_runs', 0)}"
-            table.add_row(name, text, "", _rate_list(row.get("per_seed_max_rate_per_s")), "", "",
-                          runs, "", "", "")  # fmt: skip
+            table.add_row(name, text, "", seeds, "", "", "", "")
             continue
         served = row.get("served_rate_per_seed_req_s") or []
         offered = row.get("offered_rate_per_seed_req_s") or []
+        shares = [s / o for s, o in zip(served, offered, strict=True) if o]
         high = row.get("interval_high_per_s")
         table.add_row(
             name,
             _fmt(row["max_rate_per_s"], 2) + (" (unbounded)" if status == "unbounded" else ""),
-            f"[{_fmt(row.get('interval_low_per_s'), 2)}, {_fmt(high, 2) if high else '∞'})",
-            _rate_list(row.get("per_seed_max_rate_per_s")),
-            "/".join(f"{s / o:.1%}" for s, o in zip(served, offered, strict=True)) or "-",
+            f"[{_fmt(row.get('interval_low_per_s'), 2)}, {_fmt(high, 2) if high else 'inf'}]",
+            seeds,
+            f"{min(shares):.1%}" if shares else "-",
             str(row.get("stability_at_max", "-")),
-            f"{row.get('num_runs', 0)}",
-            _fmt(row.get("output_throughput_tok_s"), 0),
             _fmt(row.get("nodes_needed")),
             _fmt(row.get("cost_per_million_output_tokens_usd"), 3),
         )
     table.caption = (
-        "* winner; max = highest probed rate that held in every seed; interval = [lowest "
-        "per-seed max, highest per-seed failing rate); served / offered per seed at the max"
+        "* winner. max: highest probed rate that held in every seed; interval: [max, higher of "
+        "the first failing rate and the best seed's]; per seed: each seed's highest rate; "
+        "served: lowest served / offered share among seeds at the max"
     )
     return table
 

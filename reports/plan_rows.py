@@ -3,8 +3,10 @@
 **Per-seed rates.** For each seed, its highest probed rate that held below the lowest rate where
 it failed (``per_seed_max_rate_per_s``), and that lowest failing rate
 (``per_seed_fail_rate_per_s``). The method's **max rate** is the highest probed rate that held in
-every seed. Its **interval** runs from the lowest per-seed max rate to the highest per-seed
-failing rate: the capacity lies there whatever the seed and the search's resolution.
+every seed. Its **interval** runs from the lowest per-seed max rate (the max rate) to the higher
+of the lowest rate that failed in some seed (the bracket's upper end) and the highest per-seed
+max rate: the capacity of any one seed lies there, to the search's resolution. It is open above
+(None) when no probed rate failed.
 
 **Ties.** Two methods whose intervals overlap are tied: neither is shown to sustain more. The
 winner is the method with the highest max rate unless others tie with it; among tied methods the
@@ -105,8 +107,9 @@ def plan_row(
         return row
     row["max_rate_per_s"] = search.holds_at
     row["interval_low_per_s"] = min(highs)
-    known_fails = [f for f in fails if f is not None]
-    row["interval_high_per_s"] = max(known_fails) if len(known_fails) == len(fails) else None
+    row["interval_high_per_s"] = (
+        max(search.fails_at, *highs) if search.fails_at is not None else None
+    )
     at_max = next(p for p in plan.probes if p.rate_per_s == search.holds_at)
     row.update(at_max_figures(at_max, seeds))
     throughput = row["output_throughput_tok_s"]
