@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             f"per-seed {seeds}  {row['num_runs']} runs, "
             f"{row['num_simulated_requests']} requests  nodes for 100 req/s {row['nodes_needed']}"
         )
+    print(f"plan written to {out_dir}")
     tied = f" (tied: {', '.join(plan['tied'])})" if plan["tied"] else ""
     print(f"winner: {plan['winner']}{tied}")
     cores = min(args.workers, os.cpu_count() or 1)
