@@ -147,9 +147,10 @@ def judge_run(
     targets: list[Target],
     trim_fractions: tuple[float, float],
 ) -> dict[str, Any]:
-    """The verdict on one run: ``holds``, ``fails`` or ``undecided``, with every check.
+    """The verdict on one run: ``holds``, ``fails`` or ``undecided``, with every check. A run
+    whose steady window holds fewer than :data:`MIN_MEASURED` requests is undecided (too short).
 
-    Raise ValueError if the steady window holds fewer than :data:`MIN_MEASURED` requests.
+    Raise ValueError if a trim fraction is outside [0, 0.5).
     """
     arrival, finish = requests["arrival_at_s"], requests["finished_at_s"]
     window = measurement_window(arrival, finish, 0, trim_fractions)
@@ -157,7 +158,11 @@ def judge_run(
     start, end = max(window.start_at_s, warmup.end_at_s), window.end_at_s
     measured = np.flatnonzero(window.measured & (arrival >= start))
     if len(measured) < MIN_MEASURED:
-        raise ValueError(f"the steady window holds {len(measured)} requests; need {MIN_MEASURED}")
+        count = Interval(len(measured), len(measured), len(measured))
+        too_few = Check("num_measured", count, f">= {MIN_MEASURED}", UNDECIDED)
+        return {"verdict": UNDECIDED, "stability": UNDECIDED, "offered_rate_req_s": None,
+                "served_rate_req_s": None, "num_measured": len(measured),
+                "window_s": [start, end], "checks": [too_few.as_dict()]}  # fmt: skip
     measured = measured[np.argsort(arrival[measured], kind="stable")]
     duration = end - start
     offered = float(((arrival >= start) & (arrival < end)).sum()) / duration
