@@ -305,7 +305,8 @@ def plan_capacity(
                 plan.current is not None or plan.search.next_rate() is not None
             )
     finally:
-        executor.shutdown(wait=False, cancel_futures=True)
+        # On Ctrl-C do not wait for runs under way; otherwise reap the workers.
+        executor.shutdown(wait=not interrupted, cancel_futures=True)
     result = {**snapshot(), "complete": not interrupted, "interrupted": interrupted}
     save_plan(out_dir, result, plans)
     if interrupted:
