@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         length = args.factor * plan["num_requests_per_probe"]
         print(f"{name}: SLO {', '.join(plan['slo'])}; long runs of {length} requests; "
               f"plan in {out_dir}")  # fmt: skip
-        entries = check_plan(document, base_dir, source, plan, targets, args.factor)
+        entries = check_plan(document, base_dir, source, plan, targets, args.factor, args.workers)
         for entry in entries:
             want = entry["which"] == "max"
             ok = entry["holds_in_every_seed"] == want

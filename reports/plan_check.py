@@ -10,6 +10,7 @@ window, each SLO term's value), which is what a user re-running the plan's answe
 
 from __future__ import annotations
 
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,7 @@ def check_plan(
     plan: dict[str, Any],
     targets: list[Target],
     factor: int = 10,
+    workers: int = 1,
 ) -> list[dict[str, Any]]:
     """Long runs at each method's max rate and at its first failing probed rate, every seed.
 
@@ -81,19 +83,27 @@ def check_plan(
     SpecsimError if a run cannot be built.
     """
     num_requests = factor * int(plan["num_requests_per_probe"])
-    entries = []
+    cases = []
     for row in plan["methods"]:
         if not row.get("max_rate_per_s"):
             continue
         variant, _ = method_document(document, row["method"])
         for which, rate in (("max", row["max_rate_per_s"]), ("above", row["bracket_high_per_s"])):
-            if rate is None:
-                continue
-            runs = [
-                long_run(variant, base_dir, source, float(rate), seed, num_requests, targets)
-                for seed in plan["seeds"]
-            ]
-            entries.append({"method": row["method"], "which": which, "rate_per_s": rate,
-                            "runs": runs,
-                            "holds_in_every_seed": all(r["holds"] for r in runs)})  # fmt: skip
+            if rate is not None:
+                cases.append((row["method"], which, float(rate), variant))
+    tasks = [
+        (variant, base_dir, source, rate, seed, num_requests, targets)
+        for _, _, rate, variant in cases
+        for seed in plan["seeds"]
+    ]
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as executor:
+            runs = list(executor.map(long_run, *zip(*tasks, strict=True)))
+    else:
+        runs = [long_run(*task) for task in tasks]
+    entries, per_case = [], len(plan["seeds"])
+    for index, (method, which, rate, _) in enumerate(cases):
+        mine = runs[index * per_case : (index + 1) * per_case]
+        entries.append({"method": method, "which": which, "rate_per_s": rate, "runs": mine,
+                        "holds_in_every_seed": all(r["holds"] for r in mine)})  # fmt: skip
     return entries
