@@ -35,7 +35,7 @@ from reports.intervals import CONFIDENCE
 from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row
 from reports.probes import PROBE_TRIM_FRACTIONS, Probe, ignore_sigint, probe_document, run_probe
 from reports.rate_search import RateSearch
-from reports.stability import MAX_OVERLOAD, MAX_WAIT_TREND, Target
+from reports.stability import MAX_OVERLOAD, MIN_TREND, Target
 from sim.errors import ScenarioError, SpecsimError
 from sim.output import write_json, write_table
 from sim.scenario import Scenario, validate_document
@@ -257,7 +257,7 @@ def plan_capacity(
         "criterion": (
             f"a rate holds when, in every seed, the node is stable (served >= "
             f"{1 - MAX_OVERLOAD:.0%} of offered; waiting time with no upward trend: slope "
-            f"shown at most {MAX_WAIT_TREND:g} s per s) and "
+            f"not shown above {MIN_TREND:g} s/s and shown at most {MAX_OVERLOAD:g} s/s) and "
             f"every SLO term holds, each shown at {(1 + CONFIDENCE) / 2:.0%} confidence on a "
             f"steady window; undecided runs are lengthened up to {maximum} requests and count "
             "as failing there"
