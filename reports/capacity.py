@@ -1,289 +1,211 @@
 """Capacity planning (``specsim plan``): the highest Poisson request rate each method sustains.
 
-For each method the search brackets the answer (doubling, or halving, the rate from the scenario's
-own until the SLO flips), then bisects the bracket until it is narrower than a relative tolerance.
-Each probed rate runs several seeds; the rate holds when every SLO term holds on the across-seed
-mean of its metric. The answer is the bracket's lower end, reported with the bracket itself and
-with each seed's own highest passing rate among the probes, whose spread shows how much the
-sample alone moves the answer.
+The search (:class:`reports.rate_search.RateSearch`) brackets the answer from the scenario's own
+rate, doubling while the rate holds or halving while it fails, then bisects until the bracket is
+narrower than a relative tolerance. Each probed rate is a :class:`reports.probes.Probe`: every
+seed runs on a steady window and is judged for stability and the SLO with confidence intervals
+(:mod:`reports.stability`); undecided seeds rerun longer, and the rate holds only if it holds in
+every seed. Methods advance independently in parallel processes: each submits its next runs
+as soon as its previous ones are in.
 
-A probe is a finite run of ``num_requests`` requests that drains at the end. Past saturation the
-queue grows for as long as requests keep arriving, so a short run sees less queueing than a long
-one: fewer requests per probe make the search faster and the answer a little optimistic for
-queue-sensitive SLO terms (TTFT, end-to-end latency). The default caps the probe at
-:data:`DEFAULT_PROBE_REQUESTS` requests.
+The answer per method (:mod:`reports.plan_rows`) is the highest rate that held in every seed,
+with each seed's own rate, the interval they span, the figures at that rate, and ties between
+methods whose intervals overlap. A method with no stable rate says so instead of reporting the
+lowest probe. After every finished run the plan so far is saved (``complete: false``), so an
+interrupted plan keeps what it found.
 """
 
 from __future__ import annotations
 
-import copy
-import math
-from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    wait,
+)
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from reports.goodput import DEFAULT_MIN_FRACTION, GoodputTarget, parse_goodput
+from reports.intervals import CONFIDENCE
+from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row
+from reports.probes import PROBE_TRIM_FRACTIONS, Probe, ignore_sigint, probe_document, run_probe
 from reports.rate_search import RateSearch
-from reports.slo import SloTerm, slo_value
+from reports.stability import MAX_OVERLOAD, MIN_TREND, Target
 from sim.errors import ScenarioError, SpecsimError
 from sim.output import write_json, write_table
-from sim.run import run_scenario
-from sim.scenario import validate_document
+from sim.scenario import Scenario, validate_document
 
-DEFAULT_PROBE_REQUESTS = 1000
+DEFAULT_PROBE_REQUESTS = 2000
+#: A probe's runs grow by doubling up to this many times the first length.
+DEFAULT_MAX_GROWTH = 4
+DEFAULT_SEEDS = 3
 PLAN_JSON = "plan.json"
 PLAN_CSV = "plan.csv"
 PROBES_CSV = "probes.csv"
-DEFAULT_SEEDS = 3
+
+Task = tuple[dict[str, Any], str, str, list[Target]]
 
 
-@dataclass
-class Probe:
-    """One probed rate: each seed's SLO figures, output throughput and verdict, and the verdict."""
+class InlineExecutor(Executor):
+    """Runs each task at submission, in this process: the one-worker case, and tests."""
 
-    rate_per_s: float
-    values_ms: dict[str, list[float | None]]
-    output_throughput_tok_s: list[float]
-    seed_holds: list[bool]
-    holds: bool
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
 
 
-def judge(rate_per_s: float, summaries: list[dict[str, Any]], slo: list[SloTerm]) -> Probe:
-    """The probe's verdict: every term holds on the across-seed mean of its metric."""
-    values: dict[str, list[float | None]] = {
-        term.key: [slo_value(summary, term) for summary in summaries] for term in slo
-    }
-    seed_holds = [
-        all(term.holds(values[term.key][i]) for term in slo) for i in range(len(summaries))
-    ]
-    holds = all(term.holds(_mean(values[term.key])) for term in slo)
-    throughput = [float(s["output_throughput_tok_s"]) for s in summaries]
-    return Probe(rate_per_s, values, throughput, seed_holds, holds)
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    kept = list(values)
-    if not kept or any(v is None for v in kept):
-        return None
-    return sum(v for v in kept if v is not None) / len(kept)
-
-
-def probe_document(
-    document: dict[str, Any], rate_per_s: float, seed: int, num_requests: int
-) -> dict[str, Any]:
-    """``document`` with Poisson arrivals at ``rate_per_s``, ``num_requests`` and ``seed``."""
-    out = copy.deepcopy(document)
-    workload = dict(out.get("workload") or {})
-    workload["arrival"] = {"process": "poisson", "rate_per_s": rate_per_s}
-    workload["num_requests"] = num_requests
-    out["workload"] = workload
-    out["seed"] = seed
-    return out
-
-
-def run_probe(document: dict[str, Any], base_dir: str, source: str) -> dict[str, Any] | str:
-    """One seed at one rate: its summary, or the message of the SpecsimError that stopped it."""
-    try:
-        return run_scenario(validate_document(document, source), Path(base_dir)).summary
-    except SpecsimError as exc:
-        return str(exc)
-
-
-@dataclass
-class MethodPlan:
-    """One method's capacity search: its probes, its bracket, and why it stopped if it failed."""
-
-    method: str
-    adjustments: list[str]
-    search: RateSearch
-    probes: list[Probe] = field(default_factory=list)
-    reason: str | None = None
-
-    @property
-    def status(self) -> str:
-        return "unsupported" if self.reason is not None else self.search.status
-
-
-Runner = Callable[[list[tuple[dict[str, Any], str, str]]], list[dict[str, Any] | str]]
-
-
-def local_runner(workers: int) -> tuple[Runner, Callable[[], None]]:
-    """Run probe batches in ``workers`` local processes (in this process when 1), and a closer."""
+def make_executor(workers: int) -> Executor:
+    """``workers`` local processes that ignore Ctrl-C (the parent decides), or inline for 1."""
     if workers <= 1:
-        return (lambda tasks: [run_probe(*task) for task in tasks]), (lambda: None)
-    executor = ProcessPoolExecutor(max_workers=workers)
+        return InlineExecutor()
+    return ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
 
-    def run(tasks: list[tuple[dict[str, Any], str, str]]) -> list[dict[str, Any] | str]:
-        futures = [executor.submit(run_probe, *task) for task in tasks]
-        return [future.result() for future in futures]
 
-    return run, lambda: executor.shutdown(wait=True, cancel_futures=True)
+def _advance(plan: MethodPlan, seeds: list[int], base: int, maximum: int) -> list[tuple[int, int]]:
+    """Settle finished probes into the search and return the runs ``plan`` needs next."""
+    while plan.reason is None:
+        if plan.current is None:
+            rate = plan.search.next_rate()
+            if rate is None:
+                return []
+            plan.current = Probe(rate, list(seeds), base, maximum)
+        pending = plan.current.pending()
+        if pending:
+            return pending
+        plan.probes.append(plan.current)
+        plan.search.record(plan.current.rate_per_s, plan.current.holds)
+        plan.current = None
+    return []
 
 
 def search_capacity(
     plans: list[MethodPlan],
     documents: dict[str, dict[str, Any]],
     base_dir: Path,
-    slo: list[SloTerm],
+    targets: list[Target],
     *,
     seeds: list[int],
-    num_requests: int,
-    runner: Runner,
-    on_round: Callable[[int], None] | None = None,
+    base_requests: int,
+    max_requests: int,
+    executor: Executor,
+    on_progress: Callable[[], None] | None = None,
 ) -> None:
-    """Advance every method's search in lockstep, one batch of (method, seed) runs per round.
+    """Run every method's search to its end, each method submitting its next runs as soon as
+    its previous ones are in, so the workers stay busy. A method whose run raises SpecsimError
+    stops with that reason; the others go on."""
+    in_flight: dict[Future[dict[str, Any] | str], tuple[MethodPlan, int, int]] = {}
 
-    A method whose run raises SpecsimError stops with that reason; the others go on.
-    """
-    round_number = 0
-    while True:
-        batch: list[tuple[MethodPlan, float]] = []
-        for plan in plans:
-            rate = plan.search.next_rate() if plan.reason is None else None
-            if rate is not None:
-                batch.append((plan, rate))
-        if not batch:
-            return
-        tasks = [
-            (
-                probe_document(documents[plan.method], rate, seed, num_requests),
-                str(base_dir),
-                f"method {plan.method}, rate {rate:g}/s, seed {seed}",
-            )
-            for plan, rate in batch
-            for seed in seeds
-        ]
-        outcomes = runner(tasks)
-        for index, (plan, rate) in enumerate(batch):
-            mine = outcomes[index * len(seeds) : (index + 1) * len(seeds)]
-            failures = [outcome for outcome in mine if isinstance(outcome, str)]
-            if failures:
-                plan.reason = failures[0]
-                continue
-            probe = judge(rate, [o for o in mine if not isinstance(o, str)], slo)
-            plan.probes.append(probe)
-            plan.search.record(rate, probe.holds)
-        round_number += 1
-        if on_round is not None:
-            on_round(round_number)
+    def submit(plan: MethodPlan) -> None:
+        for seed, length in _advance(plan, seeds, base_requests, max_requests):
+            assert plan.current is not None
+            rate = plan.current.rate_per_s
+            document = probe_document(documents[plan.method], rate, seed, length)
+            where = f"method {plan.method}, rate {rate:g}/s, seed {seed}, {length} requests"
+            future = executor.submit(run_probe, document, str(base_dir), where, targets)
+            in_flight[future] = (plan, seed, length)
 
-
-def per_seed_max_rates(probes: list[Probe], num_seeds: int) -> list[float]:
-    """Each seed's highest probed rate that held below the lowest rate where that seed failed."""
-    rates = []
-    for seed in range(num_seeds):
-        first_fail = min((p.rate_per_s for p in probes if not p.seed_holds[seed]), default=math.inf)
-        rates.append(
-            max(
-                (p.rate_per_s for p in probes if p.seed_holds[seed] and p.rate_per_s < first_fail),
-                default=0.0,
-            )
-        )
-    return rates
-
-
-def plan_row(
-    plan: MethodPlan,
-    slo: list[SloTerm],
-    *,
-    num_seeds: int,
-    num_gpus: int,
-    target_qps: float | None,
-    gpu_hour_usd: float | None,
-) -> dict[str, Any]:
-    """One method's answer: the rate, its bracket and seed spread, nodes needed and cost.
-
-    Nodes needed = ceil(target_qps / max rate). Cost per million output tokens =
-    gpu_hour_usd × num_gpus / (output tokens per hour at the max rate) × 1e6.
-    """
-    search = plan.search
-    row: dict[str, Any] = {
-        "method": plan.method,
-        "status": plan.status,
-        "reason": plan.reason,
-        "adjustments": "; ".join(plan.adjustments) or None,
-        "max_rate_per_s": None,
-        "bracket_low_per_s": search.holds_at,
-        "bracket_high_per_s": search.fails_at,
-        "num_probes": len(plan.probes),
-    }
-    if plan.reason is not None:
-        return row
-    row["max_rate_per_s"] = search.holds_at or 0.0
-    seed_rates = per_seed_max_rates(plan.probes, num_seeds)
-    row["per_seed_max_rate_per_s"] = seed_rates
-    row["seed_spread_per_s"] = max(seed_rates) - min(seed_rates) if seed_rates else None
-    at_max = next((p for p in plan.probes if p.rate_per_s == search.holds_at), None)
-    throughput = None
-    if at_max is not None:
-        row["seeds_holding_at_max"] = sum(at_max.seed_holds)
-        throughput = sum(at_max.output_throughput_tok_s) / len(at_max.output_throughput_tok_s)
-        for term in slo:
-            values = [v for v in at_max.values_ms[term.key] if v is not None]
-            row[f"{term.key}_at_max"] = _mean(at_max.values_ms[term.key])
-            row[f"{term.key}_at_max_min"] = min(values, default=None)
-            row[f"{term.key}_at_max_max"] = max(values, default=None)
-    row["output_throughput_tok_s"] = throughput
-    rate = row["max_rate_per_s"]
-    row["nodes_needed"] = (
-        math.ceil(target_qps / rate) if target_qps is not None and rate > 0 else None
-    )
-    row["cost_per_million_output_tokens_usd"] = (
-        gpu_hour_usd * num_gpus / (throughput * 3600.0) * 1e6
-        if gpu_hour_usd is not None and throughput
-        else None
-    )
-    return row
-
-
-def pick_winner(rows: list[dict[str, Any]]) -> str | None:
-    """The method needing fewest nodes for the target (if one is given), then the highest rate."""
-    ranked = [r for r in rows if r["status"] in ("ok", "unbounded") and r["max_rate_per_s"]]
-    if not ranked:
-        return None
-    best = min(
-        ranked,
-        key=lambda r: (
-            r["nodes_needed"] if r["nodes_needed"] is not None else 0,
-            -r["max_rate_per_s"],
-        ),
-    )
-    return str(best["method"])
+    for plan in plans:
+        submit(plan)
+    while in_flight:
+        done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+        for future in done:
+            plan, seed, length = in_flight.pop(future)
+            outcome = future.result()
+            if isinstance(outcome, str):
+                plan.reason = plan.reason or outcome
+            elif plan.current is not None:
+                plan.current.record(seed, length, outcome)
+            if not any(other is plan for other, _, _ in in_flight.values()):
+                submit(plan)
+        if on_progress is not None:
+            on_progress()
 
 
 def probes_frame(plans: list[MethodPlan]) -> pd.DataFrame:
-    """Every probe of every method, one row per seed: the data behind the SLO frontier."""
+    """Every finished probe, one row per seed (its longest run): the data behind the frontier."""
     rows = []
     for plan in plans:
         for probe in plan.probes:
-            for seed, seed_holds in enumerate(probe.seed_holds):
+            for index, seed in enumerate(probe.seeds):
+                run = probe.last(seed)
+                if run is None:
+                    continue
+                judgement = run.judgement
                 row: dict[str, Any] = {
                     "method": plan.method,
                     "rate_per_s": probe.rate_per_s,
-                    "seed_index": seed,
+                    "seed": seed,
+                    "seed_index": index,
+                    "num_requests": run.num_requests,
                     "holds": probe.holds,
-                    "seed_holds": seed_holds,
-                    "output_throughput_tok_s": probe.output_throughput_tok_s[seed],
+                    "seed_holds": probe.seed_holds(seed),
+                    "verdict": run.verdict,
+                    "stability": judgement["stability"],
+                    "offered_rate_req_s": judgement["offered_rate_req_s"],
+                    "served_rate_req_s": judgement["served_rate_req_s"],
+                    "output_throughput_tok_s": run.summary["output_throughput_tok_s"],
                 }
-                row.update({key: values[seed] for key, values in probe.values_ms.items()})
+                for check in judgement["checks"]:
+                    row[check["name"]] = check["value"]
+                    row[f"{check['name']}_low"] = check["low"]
+                    row[f"{check['name']}_high"] = check["high"]
                 rows.append(row)
     return pd.DataFrame(rows)
 
 
 def save_plan(out_dir: Path, document: dict[str, Any], plans: list[MethodPlan]) -> None:
     """Write ``plan.json`` (the whole answer), ``plan.csv`` (one row per method) and probes."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / PLAN_JSON, document)
     table = pd.DataFrame(document["methods"])
     for column in table.columns:
         if table[column].map(lambda v: isinstance(v, list)).any():
             table[column] = table[column].map(
-                lambda v: ";".join(f"{x:g}" for x in v) if isinstance(v, list) else v
+                lambda v: ";".join(_cell(x) for x in v) if isinstance(v, list) else v
             )
     write_table(out_dir / PLAN_CSV, table)
     write_table(out_dir / PROBES_CSV, probes_frame(plans))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return "/".join(_cell(v) for v in value)
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def plan_targets(
+    scenario: Scenario, slo_text: str | None, goodput_text: str | None, goodput_min: float | None
+) -> list[Target]:
+    """What a rate must meet: the command line's ``--slo`` and ``--goodput`` if either is given,
+    else the scenario's ``slo:`` and ``measurement.goodput``.
+
+    Raise ScenarioError if a term is invalid or there is no target at all.
+    """
+    from reports.slo import parse_slo, slo_from_mapping
+
+    minimum = DEFAULT_MIN_FRACTION if goodput_min is None else goodput_min
+    targets: list[Target] = []
+    if slo_text is not None or goodput_text is not None:
+        targets += parse_slo(slo_text) if slo_text is not None else []
+        targets += [parse_goodput(goodput_text, minimum)] if goodput_text is not None else []
+    else:
+        targets += slo_from_mapping(scenario.slo) if scenario.slo else []
+        bounds = scenario.measurement.goodput
+        targets += [GoodputTarget(dict(bounds), minimum)] if bounds else []
+    if goodput_min is not None and not any(isinstance(t, GoodputTarget) for t in targets):
+        raise ScenarioError("--goodput-min needs per-request bounds: give --goodput")
+    if not targets:
+        raise ScenarioError(
+            "no SLO; give --slo or --goodput, or a slo: mapping or measurement.goodput in "
+            "the scenario"
+        )
+    return targets
 
 
 def plan_capacity(
@@ -300,79 +222,119 @@ def plan_capacity(
     tolerance: float,
     workers: int,
     out_dir: Path,
+    goodput_text: str | None = None,
+    goodput_min: float | None = None,
+    max_requests: int | None = None,
 ) -> dict[str, Any]:
-    """Search each method's capacity; write ``plan.json``, ``plan.csv`` and probes; return the plan.
+    """Search each method's capacity; write ``plan.json``, ``plan.csv`` and probes; return the
+    plan (``interrupted`` is true if Ctrl-C stopped it: what was found is kept).
 
-    Raise ScenarioError if the SLO, a method or a probe's scenario is invalid, and SpecsimError
-    if no method can run.
+    Raise ScenarioError if the SLO, a method or a probe's scenario is invalid, or if no method
+    has a stable rate under the SLO; SpecsimError if no method can run.
     """
     from reports.comparison import method_document, method_list
-    from reports.slo import parse_slo, slo_from_mapping
 
     scenario = validate_document(document, source)
-    if slo_text is not None:
-        slo = parse_slo(slo_text)
-    elif scenario.slo:
-        slo = slo_from_mapping(scenario.slo)
-    else:
-        raise ScenarioError(f"{source}: no SLO; give --slo or a slo: mapping in the scenario")
+    targets = plan_targets(scenario, slo_text, goodput_text, goodput_min)
     own = scenario.speculation.method
     methods = method_list(methods_text or ",".join(dict.fromkeys(["none", own])))
-    probe_requests = num_requests or min(scenario.workload.num_requests, DEFAULT_PROBE_REQUESTS)
+    base = num_requests or DEFAULT_PROBE_REQUESTS
+    maximum = max_requests or base * DEFAULT_MAX_GROWTH
+    if maximum < base:
+        raise ScenarioError(f"--max-requests {maximum} is below --requests {base}")
     start_rate = float(getattr(scenario.workload.arrival, "rate_per_s", None) or 1.0)
     seeds = [scenario.seed + i for i in range(num_seeds)]
     documents, plans = {}, []
     for method in methods:
         variant, notes = method_document(document, method)
         # Fail fast on a schema error; an unsupported method shows only when it runs.
-        validate_document(probe_document(variant, start_rate, seeds[0], probe_requests), source)
+        validate_document(probe_document(variant, start_rate, seeds[0], base), source)
         documents[method] = variant
         plans.append(MethodPlan(method, notes, RateSearch(start_rate, tolerance)))
-    runner, close = local_runner(min(workers, len(methods) * num_seeds))
-    try:
-        search_capacity(
-            plans, documents, base_dir, slo, seeds=seeds, num_requests=probe_requests, runner=runner
-        )
-    finally:
-        close()
-    if all(plan.reason is not None for plan in plans):
-        raise SpecsimError(
-            "no method could run: " + "; ".join(f"{p.method}: {p.reason}" for p in plans)
-        )
-    num_gpus = scenario.hardware.num_gpus
-    rows = [
-        plan_row(
-            plan,
-            slo,
-            num_seeds=num_seeds,
-            num_gpus=num_gpus,
-            target_qps=target_qps,
-            gpu_hour_usd=gpu_hour_usd,
-        )
-        for plan in plans
-    ]
-    notes = [f"{p.method}: {note}" for p in plans for note in p.adjustments]
-    notes += [f"{p.method} not run: {p.reason}" for p in plans if p.reason is not None]
-    if gpu_hour_usd is None:
-        notes.append("no --gpu-hour-usd given: cost per million output tokens not computed")
-    if target_qps is None:
-        notes.append("no --target-qps given: nodes needed not computed")
-    result = {
+    header = {
         "scenario": scenario.name,
-        "slo": [str(term) for term in slo],
-        "criterion": "a rate holds when every SLO term holds on the across-seed mean of its "
-        "metric; max_rate_per_s is the highest probed rate that held",
+        "slo": [str(target) for target in targets],
+        "criterion": (
+            f"a rate holds when, in every seed, the node is stable (served >= "
+            f"{1 - MAX_OVERLOAD:.0%} of offered; waiting time with no upward trend: slope "
+            f"not shown above {MIN_TREND:g} s/s and shown at most {MAX_OVERLOAD:g} s/s) and "
+            f"every SLO term holds, each shown at {(1 + CONFIDENCE) / 2:.0%} confidence on a "
+            f"steady window; undecided runs are lengthened up to {maximum} requests and count "
+            "as failing there"
+        ),
+        "tie_break": "methods whose intervals overlap are tied; among them the winner is the "
+        f"first of {', '.join(TIE_BREAK_ORDER)} present, else the highest max rate",
         "arrival": "poisson",
-        "num_requests_per_probe": probe_requests,
+        "num_requests_per_probe": base,
+        "max_requests_per_probe": maximum,
+        "steady_window_trim_fractions": list(PROBE_TRIM_FRACTIONS),
         "seeds": seeds,
         "tolerance": tolerance,
         "target_qps": target_qps,
         "gpu_hour_usd": gpu_hour_usd,
-        "num_gpus_per_node": num_gpus,
-        "winner": pick_winner(rows),
-        "methods": rows,
-        "notes": notes,
+        "num_gpus_per_node": scenario.hardware.num_gpus,
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def snapshot() -> dict[str, Any]:
+        rows = [
+            plan_row(
+                plan,
+                seeds,
+                num_gpus=scenario.hardware.num_gpus,
+                target_qps=target_qps,
+                gpu_hour_usd=gpu_hour_usd,
+            )
+            for plan in plans
+        ]
+        winner, tied = pick_winner(rows)
+        return {**header, "winner": winner, "tied": tied, "methods": rows,
+                "notes": _notes(plans, rows, target_qps, gpu_hour_usd)}  # fmt: skip
+
+    executor = make_executor(min(workers, len(methods) * num_seeds))
+    interrupted = False
+    try:
+        search_capacity(
+            plans, documents, base_dir, targets, seeds=seeds, base_requests=base,
+            max_requests=maximum, executor=executor,
+            on_progress=lambda: save_plan(out_dir, {**snapshot(), "complete": False}, plans),
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        interrupted = True
+        for plan in plans:
+            plan.interrupted = plan.reason is None and (
+                plan.current is not None or plan.search.next_rate() is not None
+            )
+    finally:
+        # On Ctrl-C do not wait for runs under way; otherwise reap the workers.
+        executor.shutdown(wait=not interrupted, cancel_futures=True)
+    result = {**snapshot(), "complete": not interrupted, "interrupted": interrupted}
     save_plan(out_dir, result, plans)
+    if interrupted:
+        return result
+    if all(plan.reason is not None for plan in plans):
+        raise SpecsimError(
+            "no method could run: " + "; ".join(f"{p.method}: {p.reason}" for p in plans)
+        )
+    if all(row["status"] in ("unsupported", "no_stable_rate") for row in result["methods"]):
+        reasons = [f"{r['method']}: {r['reason']}" for r in result["methods"] if r["reason"]]
+        raise ScenarioError(
+            f"no stable rate meets {', '.join(result['slo'])} (plan written to {out_dir}):\n  "
+            + "\n  ".join(reasons)
+        )
     return result
+
+
+def _notes(
+    plans: list[MethodPlan],
+    rows: list[dict[str, Any]],
+    target_qps: float | None,
+    gpu_hour_usd: float | None,
+) -> list[str]:
+    notes = [f"{p.method}: {note}" for p in plans for note in p.adjustments]
+    notes += [f"{p.method} not run: {p.reason}" for p in plans if p.reason is not None]
+    notes += [f"{r['method']}: {r['reason']}" for r in rows if r["status"] == "no_stable_rate"]
+    if gpu_hour_usd is None:
+        notes.append("no --gpu-hour-usd given: cost per million output tokens not computed")
+    if target_qps is None:
+        notes.append("no --target-qps given: nodes needed not computed")
+    return notes

@@ -72,29 +72,71 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
     return table
 
 
+def _rate_list(values: list[float | None] | None) -> str:
+    return "/".join("-" if v is None else f"{v:.3g}" for v in values) if values else "-"
+
+
 def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Table:
-    """The capacity plan as a terminal table."""
+    """The capacity plan as a terminal table: one row per method."""
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
-    for label in ("method", "max req/s", "bracket", "per-seed", "out tok/s", "nodes", "$/M tok"):
+    labels = ("method", "max req/s", "interval", "per seed", "served", "stable", "nodes", "$/M tok")
+    for label in labels:
         table.add_column(label, justify="left" if label == "method" else "right", no_wrap=True)
     for row in rows:
         name = f"{row['method']} *" if row["method"] == winner else row["method"]
-        if row["status"] == "unsupported":
-            table.add_row(name, "not run", "", "", "", "", "")
+        status = row["status"]
+        seeds = _rate_list(row.get("per_seed_max_rate_per_s"))
+        if not row.get("max_rate_per_s"):
+            text = {"unsupported": "not run", "no_stable_rate": "no stable rate"}.get(
+                status, status
+            )
+            table.add_row(name, text, "", seeds, "", "", "", "")
             continue
-        low, high = row["bracket_low_per_s"], row["bracket_high_per_s"]
-        seeds = row.get("per_seed_max_rate_per_s") or []
+        served = row.get("served_rate_per_seed_req_s") or []
+        offered = row.get("offered_rate_per_seed_req_s") or []
+        shares = [s / o for s, o in zip(served, offered, strict=True) if o]
+        high = row.get("interval_high_per_s")
         table.add_row(
             name,
-            _fmt(row["max_rate_per_s"], 2),
-            f"[{_fmt(low, 2)}, {_fmt(high, 2)})",
-            f"{min(seeds):.2f}-{max(seeds):.2f}" if seeds else "-",
-            _fmt(row.get("output_throughput_tok_s"), 0),
+            _fmt(row["max_rate_per_s"], 2) + (" (unbounded)" if status == "unbounded" else ""),
+            f"[{_fmt(row.get('interval_low_per_s'), 2)}, {_fmt(high, 2) if high else 'inf'}]",
+            seeds,
+            f"{min(shares):.1%}" if shares else "-",
+            str(row.get("stability_at_max", "-")),
             _fmt(row.get("nodes_needed")),
             _fmt(row.get("cost_per_million_output_tokens_usd"), 3),
         )
-    table.caption = "* winner; bracket = [highest rate that held, lowest that failed)"
+    table.caption = (
+        "* winner. max: highest probed rate that held in every seed; interval: [max, higher of "
+        "the first failing rate and the best seed's]; per seed: each seed's highest rate; "
+        "served: lowest served / offered share among seeds at the max"
+    )
     return table
+
+
+def checks_table(rows: list[dict[str, Any]]) -> Table:
+    """Each method's checks at its max rate: per seed, the estimate and its 90% interval."""
+    table = Table(title="checks at the max rate (per seed: value [90% interval])",
+                  box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
+    for label in ("method", "check", "per seed"):
+        table.add_column(label, no_wrap=True)
+    for row in rows:
+        for key, values in row.items():
+            if not key.endswith("_at_max") or key.endswith("interval_at_max"):
+                continue
+            intervals = row.get(key.removesuffix("_at_max") + "_interval_at_max")
+            if not isinstance(values, list) or intervals is None:
+                continue
+            cells = [
+                f"{_num(v)} [{_num(lo)}, {_num(hi)}]"
+                for v, (lo, hi) in zip(values, intervals, strict=True)
+            ]
+            table.add_row(str(row["method"]), key.removesuffix("_at_max"), "  ".join(cells))
+    return table
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 def register(app: typer.Typer) -> None:
@@ -220,11 +262,30 @@ def register(app: typer.Typer) -> None:
         gpu_hour_usd: Annotated[
             float | None, typer.Option("--gpu-hour-usd", min=0.0, help="Price of one GPU-hour.")
         ] = None,
-        seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per probed rate.")] = 3,
+        seeds: Annotated[
+            int, typer.Option("--seeds", min=1, help="Seeds per probed rate; all must hold.")
+        ] = 3,
         requests: Annotated[
             int | None,
+            typer.Option("--requests", min=300, help="Requests in a probe's first run (2000)."),
+        ] = None,
+        max_requests: Annotated[
+            int | None,
             typer.Option(
-                "--requests", min=10, help="Requests per probe (default: min(scenario, 1000))."
+                "--max-requests", min=300, help="Longest run of an undecided probe (4x --requests)."
+            ),
+        ] = None,
+        goodput: Annotated[
+            str | None,
+            typer.Option(
+                "--goodput",
+                help="Per-request SLO in ms as vllm bench serve takes it, e.g. 'ttft:500 tpot:50'.",
+            ),
+        ] = None,
+        goodput_min: Annotated[
+            float | None,
+            typer.Option(
+                "--goodput-min", help="Share of requests that must meet --goodput (0.99)."
             ),
         ] = None,
         tolerance: Annotated[
@@ -252,14 +313,21 @@ def register(app: typer.Typer) -> None:
             tolerance=tolerance,
             workers=workers or os.cpu_count() or 1,
             out_dir=out,
+            goodput_text=goodput,
+            goodput_min=goodput_min,
+            max_requests=max_requests,
         )
-        console.print(
-            plan_table(
-                result["methods"],
-                f"{result['scenario']}: capacity under {', '.join(result['slo'])}",
-                result["winner"],
+        title = f"{result['scenario']}: capacity under {', '.join(result['slo'])}"
+        console.print(plan_table(result["methods"], title, result["winner"]))
+        console.print(checks_table(result["methods"]))
+        if result["tied"]:
+            err_console.print(
+                f"tie: {', '.join(result['tied'])} (intervals overlap); {result['tie_break']}",
+                highlight=False,
             )
-        )
         for note in result["notes"]:
             err_console.print(note, highlight=False)
+        if result["interrupted"]:
+            err_console.print(f"interrupted: the plan so far is in {out}", highlight=False)
+            raise typer.Exit(code=130)
         err_console.print(f"plan written to {out}", highlight=False)

@@ -10,8 +10,11 @@ true below some threshold and false above it.
 from __future__ import annotations
 
 DEFAULT_TOLERANCE = 0.05
-#: How far the search may move the rate from its start before it gives up: 2**12 = 4096 times.
+#: How far the search may raise the rate from its start before it gives up: 2**12 = 4096 times.
 MAX_DOUBLINGS = 12
+#: How far it may lower it: 2**6 = 64 times. Probes at very low rates are long in simulated
+#: steps, and an SLO that fails at 1/64 of the starting rate fails for want of speed, not load.
+MAX_HALVINGS = 6
 
 
 class RateSearch:
@@ -31,14 +34,14 @@ class RateSearch:
 
     def next_rate(self) -> float | None:
         """The next rate to probe, or None once the bracket is narrow enough or hits a limit."""
-        lo, hi, span = self.holds_at, self.fails_at, 2.0**MAX_DOUBLINGS
+        lo, hi = self.holds_at, self.fails_at
         if lo is None and hi is None:
             return self.start_rate
         if hi is None:
             assert lo is not None
-            return None if lo >= self.start_rate * span else lo * 2.0
+            return None if lo >= self.start_rate * 2.0**MAX_DOUBLINGS else lo * 2.0
         if lo is None:
-            return None if hi <= self.start_rate / span else hi / 2.0
+            return None if hi <= self.start_rate / 2.0**MAX_HALVINGS else hi / 2.0
         if hi - lo <= self.tolerance * hi:
             return None
         return 0.5 * (lo + hi)

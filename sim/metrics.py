@@ -10,12 +10,22 @@ Definitions (``docs/metrics.md`` has the glossary):
 * the measurement window runs from the first measured request's arrival to the last measured
   request's finish; requests before ``measurement.warmup_requests`` are excluded from latency and
   throughput, and ITL samples come from steps that start inside the window;
+* the steady window (``measurement.window: steady``, off by default) drops a share of requests
+  at each end by arrival order and measures what happens between the first kept arrival and the
+  first dropped one at the end: the node is loaded throughout, warm-up and drain excluded;
+  throughput counts what the node served inside it (finishes, emitted tokens);
+* goodput (``measurement.goodput``) is ``vllm bench serve``'s: a completed request is good when
+  its TTFT, TPOT and end-to-end latency are each at most their bound (TPOT counts as 0 for a
+  one-token output), and ``request_goodput_req_s`` = good requests / window length
+  (vllm-project/vllm, ``vllm/benchmarks/serve.py``, ``calculate_metrics``, commit 009e6d4a), in
+  the steady window the served request rate times the share of measured requests that are good;
 * percentiles interpolate linearly between order statistics (``numpy.percentile``'s default, as
   the benchmark uses).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -77,6 +87,78 @@ def weighted_distribution_ms(
     return {"mean": mean, **{f"p{q}": v for q, v in zip(PERCENTILES, pct, strict=True)}}
 
 
+@dataclass(frozen=True)
+class Window:
+    """The measurement window: its bounds, the requests kept (finished or not) and measured."""
+
+    start_at_s: float
+    end_at_s: float
+    kept: NDArray[np.bool_]
+    measured: NDArray[np.bool_]
+    steady: bool
+
+    @property
+    def duration_s(self) -> float:
+        return max(self.end_at_s - self.start_at_s, 1e-12)
+
+
+def measurement_window(
+    arrival_at_s: FloatArray,
+    finished_at_s: FloatArray,
+    warmup_requests: int,
+    trim_fractions: tuple[float, float] = (0.0, 0.0),
+) -> Window:
+    """The requests measured and the window they are measured in.
+
+    Full window (both fractions 0): requests with index >= ``warmup_requests`` that finished,
+    from the first one's arrival to the last one's finish. Steady window: requests are ranked by
+    arrival; the first ``max(warmup_requests, round(f_start·n))`` and the last ``round(f_end·n)``
+    are dropped; the window runs from the first kept arrival to the first dropped arrival at the
+    end (the last arrival when none is dropped), and the kept requests that finished are measured.
+    Raise ValueError if a fraction is outside [0, 0.5).
+    """
+    f_start, f_end = trim_fractions
+    if not (0.0 <= f_start < 0.5 and 0.0 <= f_end < 0.5):
+        raise ValueError(f"trim fractions must be in [0, 0.5), got {trim_fractions}")
+    n = len(arrival_at_s)
+    finished = ~np.isnan(finished_at_s)
+    if f_start == 0.0 and f_end == 0.0:
+        kept = np.arange(n) >= warmup_requests
+        done = kept & finished
+        if not done.any():
+            return Window(0.0, 0.0, kept, done, False)
+        return Window(
+            float(arrival_at_s[done].min()), float(finished_at_s[done].max()), kept, done, False
+        )
+    order = np.argsort(arrival_at_s, kind="stable")
+    first = max(warmup_requests, round(f_start * n))
+    stop = n - round(f_end * n)
+    kept = np.zeros(n, dtype=bool)
+    if first >= stop:
+        return Window(0.0, 0.0, kept, kept, True)
+    kept[order[first:stop]] = True
+    start = float(arrival_at_s[order[first]])
+    end = float(arrival_at_s[order[stop]] if stop < n else arrival_at_s[order[n - 1]])
+    return Window(start, end, kept, kept & finished, True)
+
+
+def goodput(
+    ttft_s: FloatArray, tpot_s: FloatArray, e2e_s: FloatArray, bounds_ms: dict[str, float]
+) -> NDArray[np.bool_]:
+    """Which requests are good: each bounded metric at most its bound (``vllm bench serve``).
+
+    ``tpot_s`` is 0 for one-token outputs, as the benchmark counts them. Raise ValueError if a
+    key is not ``ttft``, ``tpot`` or ``e2el``.
+    """
+    by_name = {"ttft": ttft_s, "tpot": tpot_s, "e2el": e2e_s}
+    good = np.ones(len(ttft_s), dtype=bool)
+    for name, bound_ms in bounds_ms.items():
+        if name not in by_name:
+            raise ValueError(f"unknown goodput metric {name!r}")
+        good &= by_name[name] <= bound_ms / 1e3
+    return good
+
+
 def summarize(
     requests: dict[str, np.ndarray],
     steps: dict[str, np.ndarray],
@@ -86,14 +168,22 @@ def summarize(
     num_kv_blocks: int,
     speculative: bool,
     prefix_caching: bool = False,
+    *,
+    trim_fractions: tuple[float, float] = (0.0, 0.0),
+    goodput_ms: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The run's headline metrics from its records (keys of the public ``summary.json``).
 
-    ``prefix_cache_hit_rate`` is None when prefix caching is off.
+    ``prefix_cache_hit_rate`` is None when prefix caching is off. The steady window (non-zero
+    ``trim_fractions``) adds ``measurement_window``, ``offered_rate_req_s`` and
+    ``num_arrivals_in_window``; ``goodput_ms`` adds ``request_goodput_req_s``,
+    ``num_good_requests`` and ``good_request_fraction``. Raise ValueError if a trim fraction or a
+    goodput key is invalid.
     """
-    n = len(requests["prompt_tokens"])
-    measured = np.arange(n) >= warmup_requests
-    done = measured & ~np.isnan(requests["finished_at_s"])
+    window = measurement_window(
+        requests["arrival_at_s"], requests["finished_at_s"], warmup_requests, trim_fractions
+    )
+    done = window.measured
     arrival = requests["arrival_at_s"][done]
     first = requests["first_token_at_s"][done]
     finish = requests["finished_at_s"][done]
@@ -103,36 +193,30 @@ def summarize(
     e2e = finish - arrival
     multi = out_tokens > 1
     tpot = (e2e[multi] - ttft[multi]) / (out_tokens[multi] - 1)
-
-    if done.any():
-        window_start, window_end = float(arrival.min()), float(finish.max())
-    else:
-        window_start = window_end = 0.0
-    duration = max(window_end - window_start, 1e-12)
+    window_start, window_end, duration = window.start_at_s, window.end_at_s, window.duration_s
 
     start = steps["start_at_s"]
     in_window = (start >= window_start) & (start < window_end)
-    itl_values = np.concatenate(
-        [
-            steps["duration_s"][in_window],
-            irregular_itl_s[
-                (irregular_itl_at_s >= window_start) & (irregular_itl_at_s <= window_end)
-            ],
-        ]
-    )
+    irregular = (irregular_itl_at_s >= window_start) & (irregular_itl_at_s <= window_end)
+    itl_values = np.concatenate([steps["duration_s"][in_window], irregular_itl_s[irregular]])
     itl_weights = np.concatenate(
         [
             steps["num_regular_itl"][in_window].astype(np.int64),
-            np.ones(
-                int(
-                    (
-                        (irregular_itl_at_s >= window_start) & (irregular_itl_at_s <= window_end)
-                    ).sum()
-                ),
-                dtype=np.int64,
-            ),
+            np.ones(int(irregular.sum()), dtype=np.int64),
         ]
     )
+    if window.steady:
+        # What the node served inside the window, whoever the work belonged to.
+        all_finish = requests["finished_at_s"]
+        served = int(((all_finish >= window_start) & (all_finish < window_end)).sum())
+        end = start + steps["duration_s"]
+        ended = (end >= window_start) & (end < window_end)
+        served_out = float(steps["num_emitted_tokens"][ended].sum())
+        served_total = served_out + float(steps["num_prefill_tokens"][ended].sum())
+    else:
+        served = int(done.sum())
+        served_out = float(out_tokens.sum())
+        served_total = float(out_tokens.sum() + prompt_tokens.sum())
 
     decode_steps = requests["num_decode_steps"][done].sum()
     drafted = requests["num_drafted"][done].sum()
@@ -140,15 +224,15 @@ def summarize(
     num_seqs = steps["num_seqs"][in_window]
     tokens = steps["num_tokens"][in_window]
     last_end = float(start[-1] + steps["duration_s"][-1]) if len(start) else 0.0
-    return {
-        "num_requests": int(measured.sum()),
+    summary: dict[str, Any] = {
+        "num_requests": int(window.kept.sum()),
         "num_completed": int(done.sum()),
         "sim_duration_s": last_end,
         "measurement_window_s": [window_start, window_end],
         "num_steps": len(start),
-        "output_throughput_tok_s": float(out_tokens.sum() / duration),
-        "request_throughput_req_s": float(done.sum() / duration),
-        "total_token_throughput_tok_s": float((out_tokens.sum() + prompt_tokens.sum()) / duration),
+        "output_throughput_tok_s": served_out / duration,
+        "request_throughput_req_s": served / duration,
+        "total_token_throughput_tok_s": served_total / duration,
         "ttft_ms": distribution_ms(ttft),
         "tpot_ms": distribution_ms(tpot),
         "itl_ms": weighted_distribution_ms(itl_values, itl_weights),
@@ -170,3 +254,24 @@ def summarize(
         if prefix_caching and prompt_tokens.sum() > 0
         else None,
     }
+    if window.steady:
+        arrivals = requests["arrival_at_s"]
+        num_arrivals = int(((arrivals >= window_start) & (arrivals < window_end)).sum())
+        summary["measurement_window"] = "steady"
+        summary["num_arrivals_in_window"] = num_arrivals
+        summary["offered_rate_req_s"] = num_arrivals / duration
+    if goodput_ms:
+        all_tpot = np.zeros(len(ttft))
+        all_tpot[multi] = tpot
+        good = goodput(ttft, all_tpot, e2e, goodput_ms)
+        num_good = int(good.sum())
+        summary["goodput_ms"] = dict(goodput_ms)
+        summary["num_good_requests"] = num_good
+        fraction = num_good / len(good) if len(good) else None
+        summary["good_request_fraction"] = fraction
+        # vLLM's good requests / duration; in the steady window, the served rate times the
+        # measured share of good requests (the two agree in the full window).
+        summary["request_goodput_req_s"] = (
+            summary["request_throughput_req_s"] * fraction if fraction is not None else 0.0
+        )
+    return summary

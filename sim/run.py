@@ -385,6 +385,8 @@ def execute(
             simulation.memory.num_blocks,
             scenario.speculation.method != "none",
             simulation.engine.enable_prefix_caching,
+            trim_fractions=scenario.measurement.trim_fractions,
+            goodput_ms=scenario.measurement.goodput,
         ),
         "wall_time_s": wall,
         "specsim_version": __version__,

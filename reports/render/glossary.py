@@ -73,6 +73,29 @@ Each latency is reported as `{mean, p50, p90, p99}`. Percentiles interpolate lin
 order statistics (`numpy.percentile`'s default, as the benchmark uses); ITL percentiles weight each
 step's duration by the number of sequences it served, exactly as if every gap were listed.
 
+## Steady window and goodput (`measurement:`)
+
+By default (`measurement.window: full`) the window is the one above, as `vllm bench serve`
+measures, so summaries compare with the benchmark's. `measurement.window: steady` measures the
+node under load instead: requests are ranked by arrival, the first `warmup_fraction` (default 0.1,
+or `warmup_requests` if more) and the last `cooldown_fraction` (default 0.1) are dropped, and the
+window runs from the first kept arrival to the first dropped arrival at the end. The kept
+requests are *M*; their latencies are measured in full even when they finish after the window,
+while the dropped requests keep the node loaded. Throughput then counts what the node served
+inside the window, whoever the work belonged to: `request_throughput_req_s` = finishes in the
+window / *D*, `output_throughput_tok_s` = tokens emitted by steps ending in it / *D*,
+`total_token_throughput_tok_s` adds the prefill tokens those steps computed. The summary also
+gives `measurement_window: "steady"`, `num_arrivals_in_window` and `offered_rate_req_s`
+(arrivals in the window / *D*).
+
+`measurement.goodput` takes per-request bounds in ms on `ttft`, `tpot` and `e2el`, as
+`vllm bench serve --goodput ttft:500 tpot:50` does. A request of *M* is good when every bounded
+metric is at most its bound, its TPOT counting as 0 when it has one output token (vLLM,
+`vllm/benchmarks/serve.py`, `calculate_metrics`, commit 009e6d4a). The summary then gives
+`goodput_ms` (the bounds), `num_good_requests`, `good_request_fraction` (good / \\|*M*\\|) and
+`request_goodput_req_s` = `request_throughput_req_s` × `good_request_fraction`, which in the full
+window is the benchmark's good requests / *D*.
+
 ## Same-time order and the clock
 
 A step that starts at time *t* sees every arrival at or before *t*. The engine never idles while a

@@ -188,12 +188,17 @@ def plan_report(folder: Path) -> Report:
     bounds = _bounds(list(plan.get("slo") or []))
     probes = pd.read_csv(folder / PROBES_CSV) if (folder / PROBES_CSV).is_file() else pd.DataFrame()
     columns = [
-        "method", "status", "max_rate_per_s", "bracket_low_per_s", "bracket_high_per_s",
-        "seed_spread_per_s", "output_throughput_tok_s", "nodes_needed",
-        "cost_per_million_output_tokens_usd",
+        "method", "status", "max_rate_per_s", "interval_low_per_s", "interval_high_per_s",
+        "per_seed_max_rate_per_s", "served_rate_per_seed_req_s", "offered_rate_per_seed_req_s",
+        "stability_at_max", "bracket_low_per_s", "bracket_high_per_s", "num_runs",
+        "output_throughput_tok_s", "nodes_needed", "cost_per_million_output_tokens_usd",
     ]  # fmt: skip
     table = pd.DataFrame(rows)
     table = table[[c for c in columns if c in table.columns]]
+    for column in table.columns:  # per-seed lists as "a / b / c"
+        table[column] = table[column].map(
+            lambda v: " / ".join(f"{x:.4g}" for x in v) if isinstance(v, list) else v
+        )
     winner = plan.get("winner")
     slo_text = ", ".join(f"`{term}`" for term in plan.get("slo", []))
     paragraphs = [
@@ -202,6 +207,12 @@ def plan_report(folder: Path) -> Report:
         f"{plan.get('seeds')}. {plan.get('criterion', '')}.",
         f"Winner: **{winner}**"
         + (f" for a target of {plan['target_qps']:g} req/s." if plan.get("target_qps") else "."),
+        *(
+            [f"Tie between {', '.join(plan['tied'])}: {plan.get('tie_break', '')}."]
+            if plan.get("tied")
+            else []
+        ),
+        *([] if plan.get("complete", True) else ["This plan is incomplete (interrupted)."]),
         *plan.get("notes", []),
     ]
     figures = []
@@ -215,7 +226,10 @@ def plan_report(folder: Path) -> Report:
             )
         )
         means = probes.groupby(["method", "rate_per_s"], sort=False).mean(numeric_only=True)
-        means = means.drop(columns=["seed_index", "holds", "seed_holds"], errors="ignore")
+        means = means.drop(
+            columns=["seed", "seed_index", "holds", "seed_holds", "num_requests"], errors="ignore"
+        )
+        means = means[[c for c in means.columns if not c.endswith(("_low", "_high"))]]
         means = means.reset_index().sort_values(["method", "rate_per_s"])
         figures.append(
             ReportFigure.from_figure(

@@ -1,4 +1,5 @@
-"""specsim plan: SLO parsing, the bracket-and-bisect search, nodes, cost and the winner."""
+"""specsim plan: SLO and goodput parsing, the search, probes, per-seed rates, ties, nodes, cost,
+the command line, and the soundness of its answer on a small fast scenario."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from reports.capacity import MethodPlan, Probe, per_seed_max_rates, pick_winner, plan_row
-from reports.rate_search import MAX_DOUBLINGS, RateSearch
+from reports.goodput import GoodputTarget, parse_goodput
+from reports.plan_check import check_plan
+from reports.plan_rows import MethodPlan, per_seed_rates, pick_winner, plan_row
+from reports.probes import Probe
+from reports.rate_search import MAX_DOUBLINGS, MAX_HALVINGS, RateSearch
 from reports.slo import SloTerm, parse_slo, slo_from_mapping
 from sim.errors import ScenarioError
 
@@ -61,7 +65,7 @@ def _search(threshold: float, start: float, tolerance: float) -> RateSearch:
 @settings(max_examples=200, deadline=None)
 @given(
     start=st.floats(0.1, 100.0),
-    ratio=st.floats(1e-3, 1e3),
+    ratio=st.floats(1.01 * 2.0**-MAX_HALVINGS, 1e3),
     tolerance=st.floats(0.01, 0.3),
 )
 def test_the_bracket_always_holds_the_threshold_and_is_narrow(
@@ -76,91 +80,183 @@ def test_the_bracket_always_holds_the_threshold_and_is_narrow(
 
 
 def test_the_search_gives_up_at_its_limits() -> None:
-    assert _search(1e-9, 1.0, 0.05).status == "unattainable"
+    nothing = _search(1e-9, 1.0, 0.05)
+    assert nothing.status == "unattainable" and nothing.fails_at == 2.0**-MAX_HALVINGS
     unbounded = _search(math.inf, 1.0, 0.05)
     assert unbounded.status == "unbounded" and unbounded.holds_at == 2.0**MAX_DOUBLINGS
 
 
-def _probe(rate: float, seed_holds: list[bool], ttft: list[float]) -> Probe:
-    return Probe(rate, {"ttft_p99_ms": list(ttft)}, [100.0 * rate] * len(ttft), seed_holds, True)
+def _outcome(verdict: str, served: float = 10.0) -> dict[str, Any]:
+    check = {"name": "ttft_p99_ms", "value": 100.0, "low": 90.0, "high": 120.0,
+             "limit": "<= 2000", "verdict": verdict}  # fmt: skip
+    judgement = {"verdict": verdict, "stability": "holds", "offered_rate_req_s": 10.0,
+                 "served_rate_req_s": served, "checks": [check]}  # fmt: skip
+    return {"judgement": judgement, "summary": {"output_throughput_tok_s": 1000.0}}
+
+
+def test_an_undecided_seed_runs_longer_until_the_cap_then_counts_as_failing() -> None:
+    probe = Probe(10.0, [0, 1], base_requests=500, max_requests=2000)
+    assert probe.pending() == [(0, 500), (1, 500)]
+    probe.record(0, 500, _outcome("holds"))
+    probe.record(1, 500, _outcome("undecided"))
+    assert probe.pending() == [(1, 1000)]
+    probe.record(1, 1000, _outcome("undecided"))
+    assert probe.pending() == [(1, 2000)]
+    probe.record(1, 2000, _outcome("undecided"))
+    assert probe.pending() == [] and not probe.holds
+    assert probe.seed_holds(0) is True and probe.seed_holds(1) is False
+    assert "seed 1, 2000 requests" in probe.reason()
+
+
+def test_one_failing_seed_settles_the_probe() -> None:
+    probe = Probe(10.0, [0, 1, 2], base_requests=500, max_requests=2000)
+    probe.record(0, 500, _outcome("undecided"))
+    probe.record(1, 500, _outcome("fails"))
+    probe.record(2, 500, _outcome("holds"))
+    assert probe.pending() == [] and not probe.holds
+    assert probe.seed_holds(0) is None  # cut short: not counted either way
+    with pytest.raises(ValueError, match="base_requests"):
+        Probe(1.0, [0], base_requests=10, max_requests=5)
+
+
+def _settled(rate: float, verdicts: list[str]) -> Probe:
+    probe = Probe(rate, list(range(len(verdicts))), base_requests=100, max_requests=100)
+    for seed, verdict in enumerate(verdicts):
+        probe.record(seed, 100, _outcome(verdict, served=rate))
+    return probe
 
 
 def test_per_seed_rates_stop_below_each_seeds_first_failure() -> None:
     probes = [
-        _probe(4.0, [True, True], [1, 1]),
-        _probe(8.0, [True, False], [1, 9]),
-        _probe(16.0, [False, True], [9, 1]),
-        _probe(12.0, [True, True], [1, 1]),
+        _settled(4.0, ["holds", "holds"]),
+        _settled(8.0, ["holds", "fails"]),
+        _settled(16.0, ["fails", "holds"]),
+        _settled(12.0, ["holds", "holds"]),
     ]
     # Seed 0 fails first at 16, so 12 counts; seed 1 fails at 8, so its passes above do not.
-    assert per_seed_max_rates(probes, 2) == [12.0, 4.0]
+    assert per_seed_rates(probes, [0, 1]) == ([12.0, 4.0], [16.0, 8.0])
 
 
-def test_nodes_and_cost_follow_their_formulas() -> None:
+def _plan(method: str, probes: list[Probe]) -> MethodPlan:
     search = RateSearch(4.0)
-    search.record(10.0, True)
-    search.record(11.0, False)
-    plan = MethodPlan("eagle3", [], search, [_probe(10.0, [True, True], [100.0, 300.0])])
-    slo = parse_slo("ttft_p99_ms<=2000")
-    row = plan_row(plan, slo, num_seeds=2, num_gpus=2, target_qps=95.0, gpu_hour_usd=3.0)
-    assert row["max_rate_per_s"] == 10.0
+    for probe in probes:
+        search.record(probe.rate_per_s, probe.holds)
+    return MethodPlan(method, [], search, probes)
+
+
+def test_the_row_reports_the_rate_every_seed_held_nodes_and_cost() -> None:
+    plan = _plan("eagle3", [_settled(10.0, ["holds", "holds"]), _settled(11.0, ["holds", "fails"])])
+    row = plan_row(plan, [0, 1], num_gpus=2, target_qps=95.0, gpu_hour_usd=3.0)
+    assert row["status"] == "ok" and row["max_rate_per_s"] == 10.0
     assert (row["bracket_low_per_s"], row["bracket_high_per_s"]) == (10.0, 11.0)
+    assert row["per_seed_max_rate_per_s"] == [11.0, 10.0]
+    assert (row["interval_low_per_s"], row["interval_high_per_s"]) == (10.0, 11.0)
     assert row["nodes_needed"] == 10
-    assert row["ttft_p99_ms_at_max"] == 200.0
-    assert (row["ttft_p99_ms_at_max_min"], row["ttft_p99_ms_at_max_max"]) == (100.0, 300.0)
+    assert row["served_rate_per_seed_req_s"] == [10.0, 10.0]
+    assert row["ttft_p99_ms_interval_at_max"] == [[90.0, 120.0], [90.0, 120.0]]
     # 1000 tok/s = 3.6e6 tok/h on 2 GPUs at $3/h: $6 per 3.6e6 tokens.
     assert row["cost_per_million_output_tokens_usd"] == pytest.approx(6.0 / 3.6)
-    free = plan_row(plan, slo, num_seeds=2, num_gpus=2, target_qps=None, gpu_hour_usd=None)
+    free = plan_row(plan, [0, 1], num_gpus=2, target_qps=None, gpu_hour_usd=None)
     assert free["nodes_needed"] is None and free["cost_per_million_output_tokens_usd"] is None
 
 
-def test_the_winner_needs_fewest_nodes_then_sustains_most() -> None:
-    rows: list[dict[str, Any]] = [
-        {"method": "none", "status": "ok", "max_rate_per_s": 10.0, "nodes_needed": 3},
-        {"method": "eagle3", "status": "ok", "max_rate_per_s": 12.0, "nodes_needed": 3},
-        {"method": "ngram", "status": "unsupported", "max_rate_per_s": None, "nodes_needed": None},
-    ]
-    assert pick_winner(rows) == "eagle3"
-    assert pick_winner(rows[2:]) is None
+def test_no_stable_rate_is_said_not_replaced_by_the_lowest_probe() -> None:
+    plan = _plan("none", [_settled(2.0, ["fails"]), _settled(1.0, ["fails"])])
+    row = plan_row(plan, [0], num_gpus=1, target_qps=10.0, gpu_hour_usd=None)
+    assert row["status"] == "no_stable_rate" and row["max_rate_per_s"] is None
+    assert row["reason"].startswith("no stable rate") and "1 req/s" in row["reason"]
+    assert "nodes_needed" not in row
 
 
-def test_plan_end_to_end_brackets_a_rate_that_holds(
+def _row(method: str, rate: float, low: float, high: float | None) -> dict[str, Any]:
+    return {"method": method, "status": "ok", "max_rate_per_s": rate,
+            "interval_low_per_s": low, "interval_high_per_s": high}  # fmt: skip
+
+
+def test_overlapping_intervals_tie_and_the_simpler_method_wins_the_tie() -> None:
+    rows = [_row("none", 30.0, 29.0, 34.0), _row("eagle3", 32.0, 31.0, 36.0)]
+    assert pick_winner(rows) == ("none", ["none", "eagle3"])
+    apart = [_row("none", 30.0, 29.0, 31.0), _row("eagle3", 40.0, 38.0, 44.0)]
+    assert pick_winner(apart) == ("eagle3", [])
+    speculative = [_row("eagle3", 40.0, 38.0, 44.0), _row("medusa", 41.0, 39.0, None)]
+    assert pick_winner(speculative) == ("medusa", ["eagle3", "medusa"])
+    assert pick_winner([{"method": "none", "status": "unsupported"}]) == (None, [])
+
+
+def test_goodput_pairs_read_as_vllm_writes_them() -> None:
+    target = parse_goodput("ttft:500 tpot:50,e2el:8000", 0.95)
+    assert target == GoodputTarget({"ttft": 500.0, "tpot": 50.0, "e2el": 8000.0}, 0.95)
+    bad = [("ttft=500", "KEY:VALUE"), ("itl:5", "unknown metric"), ("ttft:5 ttft:6", "twice"),
+           ("ttft:-1", "> 0"), ("", "no KEY")]  # fmt: skip
+    for text, named in bad:
+        with pytest.raises(ScenarioError, match=named):
+            parse_goodput(text)
+    with pytest.raises(ScenarioError, match="goodput-min"):
+        parse_goodput("ttft:5", 1.5)
+
+
+#: A node that saturates cleanly and simulates fast: a 1B model, four sequences at a time,
+#: 64-token prompts and 16-token outputs.
+SMALL = {
+    "name": "small-plan",
+    "model": "llama-3.2-1b",
+    "engine": {"preset": "vllm-v1", "max_num_seqs": 4},
+    "workload": {
+        "num_requests": 600,
+        "arrival": {"process": "poisson", "rate_per_s": 20.0},
+        "prompt_tokens": {"distribution": "fixed", "value": 64},
+        "output_tokens": {"distribution": "fixed", "value": 16},
+    },
+    "slo": {"ttft_p99_ms": 200},
+}
+SMALL_ARGS = ["--requests", "600", "--seeds", "2", "--tolerance", "0.1", "--workers", "1"]
+
+
+def _small(tmp_path: Path) -> Path:
+    path = tmp_path / "small.yaml"
+    path.write_text(json.dumps(SMALL))
+    return path
+
+
+def test_plan_end_to_end_and_its_answer_holds_in_a_ten_times_longer_run(
     cli: typer.Typer, runner: CliRunner, tmp_path: Path
 ) -> None:
     out = tmp_path / "plan"
-    args = [
-        "plan",
-        "--slo",
-        "ttft_p99_ms<=80",
-        "--methods",
-        "none",
-        "--requests",
-        "40",
-        "--seeds",
-        "2",
-        "--tolerance",
-        "0.25",
-        "--workers",
-        "1",
-        "--target-qps",
-        "50",
-        "--out",
-        str(out),
-    ]
-    result = runner.invoke(cli, args)
+    args = ["plan", str(_small(tmp_path)), "--methods", "none", "--target-qps", "500"]
+    result = runner.invoke(cli, [*args, *SMALL_ARGS, "--out", str(out)])
     assert result.exit_code == 0, result.output
     plan = json.loads((out / "plan.json").read_text())
-    assert plan["winner"] == "none" and plan["num_requests_per_probe"] == 40
+    assert plan["complete"] and plan["winner"] == "none" and plan["seeds"] == [0, 1]
     (row,) = plan["methods"]
     low, high = row["bracket_low_per_s"], row["bracket_high_per_s"]
     assert row["status"] == "ok" and row["max_rate_per_s"] == low < high
-    assert high - low <= 0.25 * high
-    assert row["nodes_needed"] == math.ceil(50 / low)
-    assert "no --gpu-hour-usd" in result.output
+    assert high - low <= 0.1 * high
+    assert row["nodes_needed"] == math.ceil(500 / low)
+    assert row["stability_at_max"] == "stable" and len(row["served_rate_per_seed_req_s"]) == 2
     probes = pd.read_csv(out / "probes.csv")
-    verdict = probes.groupby("rate_per_s")["ttft_p99_ms"].mean() <= 80
-    assert verdict[low] and not verdict[high]
-    assert (pd.read_csv(out / "plan.csv")["method"] == ["none"]).all()
+    assert probes[probes["rate_per_s"] == low]["verdict"].eq("holds").all()
+    # The answer's soundness: ten times longer runs hold at the max rate in every seed and
+    # do not at the first probed rate above it.
+    from sim.scenario import read_document
+
+    document, base_dir, source = read_document(_small(tmp_path))
+    checks = check_plan(document, base_dir, source, plan, parse_slo("ttft_p99_ms<=200"), 10)
+    by_which = {entry["which"]: entry for entry in checks}
+    assert by_which["max"]["holds_in_every_seed"], by_which["max"]
+    assert all(run["served_share"] >= 0.97 for run in by_which["max"]["runs"])
+    assert not by_which["above"]["holds_in_every_seed"], by_which["above"]
+
+
+def test_an_slo_no_rate_meets_exits_2_with_no_stable_rate(
+    cli: typer.Typer, runner: CliRunner, tmp_path: Path
+) -> None:
+    out = tmp_path / "plan"
+    args = ["plan", str(_small(tmp_path)), "--methods", "none", "--slo", "tpot_p50_ms<=0.01"]
+    result = runner.invoke(cli, [*args, *SMALL_ARGS, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "no stable rate" in result.output and "tpot_p50_ms" in result.output
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["methods"][0]["status"] == "no_stable_rate"
 
 
 def test_plan_uses_the_scenarios_slo_and_refuses_none(
@@ -170,3 +266,7 @@ def test_plan_uses_the_scenarios_slo_and_refuses_none(
     assert result.exit_code == 2 and "no SLO" in result.output
     result = runner.invoke(cli, ["plan", "--slo", "ttft_p98_ms<=5", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "ttft_p98_ms" in result.output
+    result = runner.invoke(cli, ["plan", "--goodput", "ttft=5", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "KEY:VALUE" in result.output
+    result = runner.invoke(cli, ["plan", "--goodput-min", "0.9", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "--goodput" in result.output

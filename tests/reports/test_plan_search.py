@@ -1,0 +1,94 @@
+"""The plan's search driven by stand-in verdicts: where it stops, how it lengthens probes, what
+an interrupted or hopeless plan leaves behind. No simulation runs here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import reports.capacity as capacity
+from sim.errors import ScenarioError
+from sim.scenario import read_document
+
+
+def _verdict_by_rate(threshold: float, calls: list[tuple[float, int, int]]) -> Any:
+    def fake(document: dict[str, Any], base_dir: str, source: str, targets: Any) -> Any:
+        rate = float(document["workload"]["arrival"]["rate_per_s"])
+        calls.append((rate, int(document["seed"]), int(document["workload"]["num_requests"])))
+        verdict = "holds" if rate <= threshold else "fails"
+        check = {"name": "ttft_p99_ms", "value": 1.0, "low": 0.5, "high": 2.0,
+                 "limit": "<= 2000", "verdict": verdict}  # fmt: skip
+        judgement = {"verdict": verdict, "stability": "holds", "offered_rate_req_s": rate,
+                     "served_rate_req_s": rate, "checks": [check]}  # fmt: skip
+        return {"judgement": judgement, "summary": {"output_throughput_tok_s": 100.0 * rate}}
+
+    return fake
+
+
+def _plan(tmp_path: Path, **options: Any) -> dict[str, Any]:
+    document, base_dir, source = read_document(None)
+    settings: dict[str, Any] = {
+        "slo_text": None, "methods_text": "none", "target_qps": None, "gpu_hour_usd": None,
+        "num_seeds": 2, "num_requests": 500, "tolerance": 0.05, "workers": 1,
+        "out_dir": tmp_path,
+    }  # fmt: skip
+    settings.update(options)
+    return capacity.plan_capacity(document, base_dir, source, **settings)
+
+
+def test_the_search_stops_at_the_threshold_within_the_tolerance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[float, int, int]] = []
+    monkeypatch.setattr(capacity, "run_probe", _verdict_by_rate(21.0, calls))
+    plan = _plan(tmp_path)
+    (row,) = plan["methods"]
+    assert row["max_rate_per_s"] <= 21.0 < row["bracket_high_per_s"]
+    assert row["bracket_high_per_s"] - row["max_rate_per_s"] <= 0.05 * row["bracket_high_per_s"]
+    assert row["per_seed_max_rate_per_s"] == [row["max_rate_per_s"]] * 2
+    # Decided verdicts never lengthen a probe; a failing seed stops the probe.
+    assert {length for _, _, length in calls} == {500}
+    assert plan["complete"] and not plan["interrupted"]
+
+
+def test_an_interrupted_plan_keeps_what_it_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[float, int, int]] = []
+    inner = _verdict_by_rate(21.0, calls)
+
+    def interrupting(*args: Any) -> Any:
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return inner(*args)
+
+    monkeypatch.setattr(capacity, "run_probe", interrupting)
+    plan = _plan(tmp_path)
+    assert plan["interrupted"] and not plan["complete"]
+    saved = json.loads((tmp_path / "plan.json").read_text())
+    assert saved["interrupted"] and saved["methods"][0]["status"] == "interrupted"
+    probes = pd.read_csv(tmp_path / "probes.csv")
+    assert len(probes) == 4 and set(probes["rate_per_s"]) == {4.0, 8.0}
+
+
+def test_undecided_seeds_run_longer_and_a_rate_never_shown_to_hold_is_no_stable_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[float, int, int]] = []
+    decided = _verdict_by_rate(0.0, calls)
+
+    def undecided(*args: Any) -> Any:
+        outcome = decided(*args)
+        outcome["judgement"]["verdict"] = "undecided"
+        return outcome
+
+    monkeypatch.setattr(capacity, "run_probe", undecided)
+    with pytest.raises(ScenarioError, match="no stable rate"):
+        _plan(tmp_path, max_requests=2000)
+    assert sorted({length for _, _, length in calls}) == [500, 1000, 2000]
+    row = json.loads((tmp_path / "plan.json").read_text())["methods"][0]
+    assert row["status"] == "no_stable_rate" and row["max_rate_per_s"] is None
