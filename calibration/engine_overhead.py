@@ -66,9 +66,13 @@ def modeled_step_without_overhead_s(
 
 
 def calibrated_overhead_s(name: str) -> float:
-    """The fixed per-step overhead that makes preset ``name`` reproduce its measurement."""
+    """The fixed per-step overhead that makes preset ``name`` reproduce its measurement, or 0 when
+    its other terms already exceed it (the overhead cannot be negative; the report says so)."""
     preset = get_preset(name)
-    return float(preset.calibration["measured_tpot_s"]) - modeled_step_without_overhead_s(preset)
+    residual = float(preset.calibration["measured_tpot_s"]) - modeled_step_without_overhead_s(
+        preset
+    )
+    return max(residual, 0.0)
 
 
 def overhead_interval_s(name: str) -> tuple[float, float]:
@@ -108,9 +112,11 @@ def report() -> str:
         physics = modeled_step_without_overhead_s(preset)
         measured = float(preset.calibration["measured_tpot_s"])
         lo, hi = overhead_interval_s(name)
+        bound = " (at its bound 0: the other terms exceed the point)" if physics > measured else ""
         lines.append(
             f"{name:<11} {measured * 1e3:10.3f} ms  {physics * 1e3:9.3f} ms  "
-            f"{rounded(measured - physics) * 1e3:7.4f} ms [{lo * 1e3:.3f}, {hi * 1e3:.3f}]  "
+            f"{rounded(max(measured - physics, 0.0)) * 1e3:7.4f} ms "
+            f"[{max(lo, 0.0) * 1e3:.3f}, {max(hi, 0.0) * 1e3:.3f}]{bound}  "
             f"{preset.calibration['source']}"
         )
     return "\n".join(lines)

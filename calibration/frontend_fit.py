@@ -62,6 +62,8 @@ class FrontendFit:
     row_ids: tuple[str, ...]
     per_token_on_bound: bool = False
     per_token_free: tuple[float, tuple[float, float]] = (0.0, (0.0, 0.0))
+    #: The unconstrained fixed part when it came out negative (the fit then ends on a = 0).
+    fixed_free_s: float | None = None
 
     def values(self) -> dict[str, float]:
         """The preset-file values: ``a`` split equally between ingress and egress."""
@@ -136,10 +138,18 @@ def fit_preset(preset: str) -> FrontendFit:
         # refitted alone (the mean residual, n − 1 degrees of freedom).
         coef1, half1 = _least_squares(design[:, :1], residual)
         coef, half = np.array([coef1[0], 0.0]), np.array([half1[0], 0.0])
+    fixed_free_s = None
+    if coef[0] < 0:
+        # A front end cannot take negative time: the engine alone already accounts for the
+        # measured TTFT (or more); the fit ends on the bound a = 0 and says so.
+        fixed_free_s = float(coef[0])
+        coef = np.array([0.0, coef[1]])
+        half = np.array([max(half[0] + fixed_free_s, 0.0), half[1]])
     return FrontendFit(
         preset=preset,
+        fixed_free_s=fixed_free_s,
         fixed_s=float(coef[0]),
-        fixed_ci_s=(float(coef[0] - half[0]), float(coef[0] + half[0])),
+        fixed_ci_s=(max(float(coef[0] - half[0]), 0.0), float(coef[0] + half[0])),
         per_token_s=float(coef[1]),
         per_token_ci_s=(float(coef[1] - half[1]), float(coef[1] + half[1])),
         row_ids=tuple(r.row_id for r in rows),
@@ -194,6 +204,11 @@ def report(fits: list[FrontendFit]) -> str:
             f"b = {fit.per_token_s * 1e6:.2f} us/token [{blo * 1e6:.2f}, {bhi * 1e6:.2f}] "
             f"from {len(fit.row_ids)} rows -> {fit.values()}"
         )
+        if fit.fixed_free_s is not None:
+            out.append(
+                f"  the fit ends on the bound a = 0: unconstrained a = "
+                f"{fit.fixed_free_s * 1e3:.2f} ms (the engine alone reaches the measured TTFT)"
+            )
         if fit.per_token_on_bound:
             free, (flo, fhi) = fit.per_token_free
             out.append(
