@@ -117,6 +117,11 @@ class FrontEndServer:
         self.free_at_s = 0.0
         self._last_arrival_s = -np.inf
 
+    @property
+    def last_arrival_s(self) -> float:
+        """The latest client time offered so far (-inf before the first)."""
+        return self._last_arrival_s
+
     def depart(self, arrival_at_s: float, service_s: float) -> float:
         """When a request sent at ``arrival_at_s`` leaves the front end for the engine."""
         if arrival_at_s < self._last_arrival_s:

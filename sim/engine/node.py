@@ -98,8 +98,13 @@ class ArrivalSchedule:
     def _issue(self, at_s: float, request: int) -> None:
         """The client sends ``request`` at ``at_s``; it reaches the engine after the ingress."""
         self.client_at_s[request] = at_s
-        if self.frontend.enabled:
-            at_s = self._server.depart(at_s, float(self._service_s[request]))
+        service_s = float(self._service_s[request])
+        if self.frontend.enabled and at_s >= self._server.last_arrival_s:
+            at_s = self._server.depart(at_s, service_s)
+        elif self.frontend.enabled:
+            # A session's later turn sent before first turns already offered (open-loop sessions
+            # offer every first turn up front): it is served on arrival, not queued behind them.
+            at_s = at_s + service_s
         heapq.heappush(self._heap, (at_s, request))
         self._issued += 1
 
