@@ -310,7 +310,9 @@ def fit_by_simulation(
         z0 = np.array([shipped[p.name] / p.scale for p in free])
         lower = np.array([p.lower / p.scale for p in free])
         upper = np.array([p.upper / p.scale for p in free])
-        z0 = np.clip(z0, lower, upper)
+        # Start strictly inside the bounds: from a shipped value on a bound (an overhead at 0)
+        # the optimiser's first steps would otherwise stay pinned there.
+        z0 = np.clip(z0, lower + 0.1 * np.minimum(1.0, upper - lower), upper)
         result = least_squares(
             lambda z: residuals(to_values(z)),
             z0,

@@ -168,7 +168,7 @@ def test_every_shipped_preset_loads_and_its_rules_name_real_methods() -> None:
 
 
 def test_sglang_turns_overlap_and_padding_off_for_eagle_only() -> None:
-    profile = load_host_profile("sglang")
+    profile = load_host_profile("sglang-0.4")
     assert profile.costs.cpu_overlap
     eagle, settings, _ = profile.for_method("eagle")
     assert not eagle.cpu_overlap and not eagle.cuda_graph_padding

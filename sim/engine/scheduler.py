@@ -165,15 +165,25 @@ class Scheduler:
             )
             admitted = self._admit(now_s, budget) if num_preempted == 0 else None
         else:
-            # Prefill batch first: chunks of requests still prefilling, then new admissions.
+            # Prefill batch first: chunks of requests still prefilling, then new admissions. A
+            # prefill never takes the blocks the running decodes need for their next step (they
+            # would preempt it at once, and the two would trade places forever): SGLang admits
+            # new requests only within the room left for the running ones' decodes.
             limit = cfg.max_prefills_per_step or cfg.max_num_seqs
-            prefilling = self.running[~self.decode_mask(self.running)][:limit]
-            if len(prefilling):
+            decode = self.decode_mask(self.running)
+            reserve = self._decode_blocks(self.running[decode])
+            prefilling = self.running[~decode][:limit]
+            fits = self._prefill_blocks(prefilling, budget) + reserve <= self.kv.num_free
+            if len(prefilling) and fits:
                 num_preempted, scratch_blocks, budget = self._schedule_running(
                     prefilling, budget, ids_out, new_out, dec_out, prop_out, acc_out
                 )
             room = limit - sum(len(ids) for ids in ids_out)
-            admitted = self._admit(now_s, budget, room) if num_preempted == 0 and room > 0 else None
+            admitted = (
+                self._admit(now_s, budget, room, reserve)
+                if num_preempted == 0 and room > 0
+                else None
+            )
             if not ids_out and admitted is None and num_preempted == 0:
                 decoding = self.running[self.decode_mask(self.running)]
                 if len(decoding):
@@ -259,6 +269,28 @@ class Scheduler:
 
         return num_preempted, scratch_blocks, budget
 
+    def _decode_blocks(self, decoding: IntArray) -> int:
+        """Blocks the decoding requests ``decoding`` need for their next step (drafts included)."""
+        if len(decoding) == 0:
+            return 0
+        r, cfg = self.requests, self.config
+        proposed = np.zeros(len(decoding), dtype=np.int64)
+        if len(self.plan.proposed):
+            proposed = self.plan.lookup(decoding, r.num_decode_steps[decoding])[0]
+        take = 1 + cfg.extra_tokens_per_decode + proposed
+        own, scratch = self._slots(decoding, take, np.ones(len(decoding), dtype=bool), proposed)
+        return int(self.kv.blocks_needed(decoding, own).sum()) + int(scratch.sum())
+
+    def _prefill_blocks(self, prefilling: IntArray, budget: int) -> int:
+        """Blocks the next chunks of the requests still prefilling need within ``budget``."""
+        if len(prefilling) == 0:
+            return 0
+        r = self.requests
+        want = r.known_tokens(prefilling) - r.num_computed_tokens[prefilling]
+        take = np.minimum(np.maximum(budget - (np.cumsum(want) - want), 0), want)
+        own = r.num_computed_tokens[prefilling] + take
+        return int(self.kv.blocks_needed(prefilling, own).sum())
+
     def _slots(
         self, ids: IntArray, take: IntArray, is_dec: NDArray[np.bool_], proposed: IntArray
     ) -> tuple[IntArray, IntArray]:
@@ -327,10 +359,10 @@ class Scheduler:
         )
 
     def _admit(
-        self, now_s: float, budget: int, max_new: int | None = None
+        self, now_s: float, budget: int, max_new: int | None = None, reserve_blocks: int = 0
     ) -> tuple[IntArray, IntArray] | None:
         """Admit waiting requests in FCFS order while budget, sequence slots and blocks allow
-        (at most ``max_new`` of them)."""
+        (at most ``max_new`` of them, leaving ``reserve_blocks`` free)."""
         cfg, r, kv = self.config, self.requests, self.kv
         ids: list[int] = []
         takes: list[int] = []
@@ -355,7 +387,8 @@ class Scheduler:
             slots = computed + take
             need = max(-(-slots // kv.block_size) - int(kv.held[req]) - len(hits), 0)
             # Hit blocks no one holds leave the free pool too: they cannot also be evicted.
-            if need + (kv.cache.num_free_among(hits) if hits else 0) > kv.num_free:
+            taken = need + (kv.cache.num_free_among(hits) if hits else 0)
+            if taken + reserve_blocks > kv.num_free:
                 if num_running == 0:
                     raise ScenarioError(
                         f"request {req} needs {-(-slots // kv.block_size)} KV blocks for its "

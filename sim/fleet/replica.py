@@ -218,6 +218,9 @@ class Replica(ServingNode):
         ids, times = self.routed.release_until(core.clock_s)
         if len(ids):
             core.requests.arrival_at_s[ids] = times
+            # Routed requests reach the engine when routed: a fleet has no per-replica front end
+            # (the router stands in front of the replicas).
+            core.requests.engine_arrival_at_s[ids] = times
             if self._on_release is not None:
                 self._on_release(core, ids)
             core.scheduler.add_waiting(ids)

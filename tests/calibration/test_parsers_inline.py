@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -232,7 +231,7 @@ def test_not_what_it_claims_is_a_clean_error(tmp_path: Path) -> None:
         parse_artifact(tmp_path / "missing.json", "vllm_bench_json")
 
 
-def test_a_few_thousand_requests_parse_well_under_a_second(tmp_path: Path) -> None:
+def test_a_few_thousand_requests_parse_whole(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     num_requests = 3000
     output = rng.integers(1, 400, num_requests)
@@ -251,8 +250,5 @@ def test_a_few_thousand_requests_parse_well_under_a_second(tmp_path: Path) -> No
     }
     path = tmp_path / "big.json"
     path.write_text(json.dumps(result), encoding="utf-8")
-    started = time.perf_counter()
     replay = read_replay_requests(path)
-    elapsed_s = time.perf_counter() - started
     assert replay.num_requests == num_requests
-    assert elapsed_s < 1.0, f"took {elapsed_s:.2f} s"
