@@ -201,7 +201,10 @@ def fit_overheads(
     ci = _bootstrap_ci(run, ttft, tpot, index, best_ms, np.asarray(result.jac), weights)
     # The linearised bootstrap is centred on the Jacobian's step, not on the optimum; an interval
     # always holds its estimate.
-    ci = (np.minimum(ci[0], best_ms), np.maximum(ci[1], best_ms))
+    ci = (
+        [min(lo, b) for lo, b in zip(ci[0], best_ms.tolist(), strict=True)],
+        [max(hi, b) for hi, b in zip(ci[1], best_ms.tolist(), strict=True)],
+    )
     final = statistics(ttft, tpot, index) / measured - 1.0
     names = list(STAT_WEIGHTS)
     return ReplayFit(
