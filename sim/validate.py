@@ -186,7 +186,7 @@ def validation_rows() -> list[ValidationRow]:
         if method in SGLANG_TREES:
             topk, depth, tokens = SGLANG_TREES[method]
             tree = {"topk": topk, "depth": depth, "num_draft_tokens": tokens}
-        summary = _run(bs1_scenario(method, preset="sglang", tree=tree))
+        summary = _run(bs1_scenario(method, preset="sglang-0.4", tree=tree))
         label = {"none": "no speculation", "eagle2": "EAGLE-2", "eagle3": "EAGLE-3"}[method]
         suffix = "" if tree is None else f" (topk {tree['topk']}, steps {tree['depth']}, " \
             f"{tree['num_draft_tokens']} draft tokens)"  # fmt: skip

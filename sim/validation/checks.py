@@ -127,7 +127,7 @@ def tree_speedup_at(batch: int) -> float:
     tree = {"topk": topk, "depth": depth, "num_draft_tokens": tokens}
     throughput = []
     for method, shape in (("eagle2", tree), ("none", None)):
-        base = bs1_scenario(method, preset="sglang", tree=shape)
+        base = bs1_scenario(method, preset="sglang-0.4", tree=shape)
         workload = base.workload.model_copy(
             update={"arrival": base.workload.arrival.model_copy(update={"concurrency": batch})}
         )
