@@ -288,7 +288,6 @@ class StepCostModel:
         graphed = self.host.graphed(num_seqs, n_real, n_real <= n_logits)
         n = self.host.padded_tokens(num_seqs, n_real, graphed)
         kernels = self._kernels
-        measured = kernels is not None
         linear = (
             kernels.linear_s(n, n_logits)
             if kernels is not None and kernels.prices_linear
@@ -306,7 +305,7 @@ class StepCostModel:
             attention = np.maximum(
                 self._kv_s_per_token * kv_read, self._attention_s_per_pair * pairs
             )
-        if measured and self.tp > 1 and kernels is not None and kernels.prices_allreduce:
+        if kernels is not None and kernels.prices_allreduce:
             allreduce = kernels.allreduce_s(n, graphed)
         else:
             allreduce = self.allreduce_s(n)

@@ -2,7 +2,7 @@
 
 A serving engine's step is a GPU forward surrounded by CPU work: scheduling, input preparation
 (block tables, positions, sampling metadata) and output processing (appending tokens, stop checks,
-detokenisation hand-off, speculative bookkeeping). Three engine mechanisms decide how much of it
+detokenisation hand-off, speculative bookkeeping). These engine mechanisms decide how much of it
 shows in the step time:
 
 * **CUDA graphs.** A captured graph replays every kernel of a forward with one launch. Engines
@@ -31,6 +31,11 @@ shows in the step time:
   full. Engines turn overlap off for some speculative methods (SGLang 0.4 for EAGLE; SGLang 0.5.6
   for EAGLE-3 and draft models until its "spec v2"), which is one reason speculation loses its edge
   under load: the baseline hides its CPU work and the speculative arm pays it.
+
+``sim/data/host_costs.yaml`` gives each engine preset its values (fitted under load by
+``calibration/host_cost_fit.py`` or carried over, each stated), whether it mixes prefill and
+decode in one step, and the rules it applies when a speculative method drafts (overlap and graph
+padding off, a batch cap, one prefill per step, batch-expansion scoring), each with its source.
 
 Nothing here knows about queues or time; every function takes numpy arrays (one entry per step).
 """
