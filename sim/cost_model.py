@@ -150,16 +150,6 @@ class StepCostModel:
         self._kernels = KernelCosts(model, gpu, tp, efficiency) if host is not None else None
         self.speculative = speculative
         self.cpu_overlap = base.cpu_overlap if cpu_overlap is None else cpu_overlap
-        #: Whether the host model changes anything beyond the two plain overheads.
-        self._host_mechanisms = host is not None and (
-            base.per_token_overhead_s > 0
-            or base.per_layer_overhead_s > 0
-            or (speculative and base.spec_per_sequence_overhead_s > 0)
-            or base.cuda_graph_max_tokens > 0
-            or base.eager_launch_s_per_layer > 0
-            or self.cpu_overlap
-            or base.verify_batch_expansion
-        )
         self._bw = tp * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s
         self._flops = tp * efficiency.flops * gpu.bf16_dense_flops
         # FP8 linear layers run at the GPU's FP8 tensor throughput (the lm_head stays bf16).
@@ -245,42 +235,13 @@ class StepCostModel:
     def breakdown(self, shape: StepShape) -> dict[str, FloatArray]:
         """Each operator class's time for ``shape`` (``draft_s`` is zero: strategies add it).
 
-        The same arithmetic as the operator-class methods above, fused into as few array
-        operations as possible: the engine calls this once per step or fast-forwarded segment.
-        ``fixed_s`` is the host time the GPU does not hide (:mod:`sim.host_costs`): CPU work and,
-        for a step outside a CUDA graph, the wait on kernel launches.
+        The engine calls this once per step or fast-forwarded segment. A decode-only step
+        (verification included) within the captured sizes replays a CUDA graph at its padded
+        size; any other step launches eagerly and waits where launching is slower than the GPU;
+        the CPU work shows in full or, with overlap, where it exceeds the forward. ``fixed_s`` is
+        the host time the GPU does not hide (:mod:`sim.host_costs`). Without ``host`` every
+        mechanism is off and ``fixed_s`` is ``step_overhead_s + per_sequence_overhead_s·B``.
         """
-        if self._host_mechanisms:
-            return self._host_breakdown(shape)
-        num_seqs = np.asarray(shape.num_seqs, dtype=np.float64)
-        n = np.asarray(shape.num_tokens, dtype=np.float64)
-        n_logits = np.asarray(shape.num_logit_tokens, dtype=np.float64)
-        if self._moe:
-            linear = self.linear_s(n, n_logits)
-        else:
-            flop_s = self._flop_s_per_token * n + self._flop_s_per_logit * n_logits
-            linear = smooth_max(self._dense_weight_s, flop_s, self.efficiency.roofline_p)
-            linear = linear + self._gemm_floor_s
-        zeros = np.zeros_like(n)
-        return {
-            "fixed_s": self.step_overhead_s + self.per_sequence_overhead_s * num_seqs,
-            "linear_s": linear,
-            "attention_s": np.maximum(
-                self._kv_s_per_token * np.asarray(shape.kv_read_tokens, dtype=np.float64),
-                self._attention_s_per_pair * np.asarray(shape.attention_pairs, dtype=np.float64),
-            ),
-            "allreduce_s": zeros
-            if self.tp == 1
-            else self._allreduce_const_s + self._allreduce_s_per_token * n,
-            "sampling_s": self._sampling_s_per_logit * n_logits,
-            "draft_s": zeros,
-        }
-
-    def _host_breakdown(self, shape: StepShape) -> dict[str, FloatArray]:
-        """:meth:`breakdown` with the host mechanisms: a decode-only step (verification included)
-        within the captured sizes replays a CUDA graph at its padded size; any other step launches
-        eagerly and waits where launching is slower than the GPU; the CPU work shows in full or,
-        with overlap, where it exceeds the forward."""
         num_seqs = np.asarray(shape.num_seqs, dtype=np.float64)
         n_real = np.asarray(shape.num_tokens, dtype=np.float64)
         n_logits = np.asarray(shape.num_logit_tokens, dtype=np.float64)
