@@ -20,13 +20,17 @@ from rich.table import Table
 if TYPE_CHECKING:  # pandas is imported by the commands themselves: CLI start stays fast
     import pandas as pd
 
+from reports.bench_options import BenchOptions, apply_bench_options
 from sim.cli_options import ScenarioArg, SetOpt
 
 
-def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, Any], Path, str]:
-    """The scenario mapping with ``--set`` overrides applied, validated, with its folder and name.
+def load_document(
+    path: Path | None, overrides: list[str], bench: BenchOptions | None = None
+) -> tuple[dict[str, Any], Path, str]:
+    """The scenario mapping with ``--set`` overrides and then the ``vllm bench serve`` options
+    applied, validated, with its folder and name.
 
-    Raise ScenarioError if the file, an override or the resulting scenario is invalid.
+    Raise ScenarioError if the file, an override, an option or the resulting scenario is invalid.
     """
     from sim.scenario import apply_override, read_document, validate_document
 
@@ -34,6 +38,8 @@ def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, An
     document = copy.deepcopy(document)
     for assignment in overrides:
         apply_override(document, assignment)
+    if bench is not None:
+        apply_bench_options(document, bench)
     validate_document(document, source)
     return document, base_dir, source
 
