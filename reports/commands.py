@@ -20,7 +20,7 @@ from rich.table import Table
 if TYPE_CHECKING:  # pandas is imported by the commands themselves: CLI start stays fast
     import pandas as pd
 
-from reports.bench_options import BenchOptions, apply_bench_options
+from reports.bench_options import BenchOptions, apply_bench_options, with_bench_options
 from sim.cli_options import ScenarioArg, SetOpt
 
 
@@ -68,7 +68,14 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
         ("speedup_vs_none", "speed\nup", 2),
     )
     for _, label, _ in columns:
-        table.add_column(label, justify="left" if label == "method" else "right", no_wrap=True)
+        is_method = label == "method"
+        table.add_column(
+            label,
+            justify="left" if is_method else "right",
+            no_wrap=not is_method,
+            overflow="fold",
+            max_width=28 if is_method else None,
+        )
     for _, row in frame.iterrows():
         if row["status"] != "ok":
             table.add_row(row["method"], "-", *[""] * (len(columns) - 2))
@@ -151,26 +158,68 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
+    @with_bench_options
     def compare(
         scenario: ScenarioArg = None,
         methods: Annotated[
-            str, typer.Option("--methods", help="Comma-separated methods, e.g. none,eagle3,ngram.")
+            str,
+            typer.Option(
+                "--methods",
+                metavar="METHOD[:KEY=VALUE,...],...",
+                help="Arms to compare, each with its own settings, e.g. "
+                "none,eagle3:k=3,draft_model:model=llama-3.2-1b,alpha=0.7 (keys: k, model, "
+                "tp, alpha, tau, profile, trace, or any speculation key path).",
+            ),
         ] = "none",
-        out: Annotated[Path | None, typer.Option("--out", help="Output folder.")] = None,
+        out: Annotated[
+            Path | None, typer.Option("--out", metavar="FOLDER", help="Output folder.")
+        ] = None,
         set_: SetOpt = None,
+        skip_unsupported: Annotated[
+            bool,
+            typer.Option(
+                "--skip-unsupported",
+                help="Leave out an arm that cannot run (default: stop with its reason).",
+            ),
+        ] = False,
+        *,
+        bench: BenchOptions,
     ) -> None:
         """Run every method on the same arrivals and lengths and compare them with none."""
-        from reports.comparison import compare_methods, parse_methods, save_comparison
+        from reports.comparison import (
+            compare_methods,
+            parse_arms,
+            save_comparison,
+            unrunnable_arms,
+        )
+        from reports.progress import interrupted_line, item_progress
+        from sim.errors import ScenarioError
         from sim.output import fresh_results_dir
         from sim.scenario import validate_document
 
-        document, base_dir, source = load_document(scenario, set_ or [])
+        document, base_dir, source = load_document(scenario, set_ or [], bench)
         name = validate_document(document, source).name
-        method_names, added = parse_methods(methods)
+        arms, added = parse_arms(methods)
         if added:
             err_console.print("none added as the baseline for speed-ups", highlight=False)
-        runs = compare_methods(document, base_dir, source, method_names)
+        blocked = unrunnable_arms(document, base_dir, source, arms)
+        if blocked and not skip_unsupported:
+            lines = "\n".join(f"  {label}: {reason}" for label, reason in blocked.items())
+            raise ScenarioError(
+                f"compare: {len(blocked)} of {len(arms)} arms cannot run:\n{lines}\n"
+                "give an arm its own settings (e.g. draft_model:model=llama-3.2-1b,alpha=0.7) "
+                "or pass --skip-unsupported to compare the others"
+            )
         out_dir = out if out is not None else fresh_results_dir(Path("results"), f"{name}-compare")
+        try:
+            with item_progress(len(arms), "compare", err_console) as progress:
+                runs = compare_methods(document, base_dir, source, arms, progress)
+        except KeyboardInterrupt:
+            err_console.print(
+                interrupted_line("nothing written (a comparison is saved whole)", "rerun it"),
+                highlight=False,
+            )
+            raise typer.Exit(code=130) from None
         frame = save_comparison(runs, out_dir)
         console.print(comparison_table(frame, f"{name}: methods on identical requests"))
         for run in runs:
@@ -182,6 +231,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
+    @with_bench_options
     def sweep(
         out: Annotated[Path, typer.Option("--out", help="Output folder (rerun to resume).")],
         scenario: ScenarioArg = None,
@@ -196,6 +246,8 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--scheduler", help="Dask scheduler address to run on.")
         ] = None,
         set_: SetOpt = None,
+        *,
+        bench: BenchOptions,
     ) -> None:
         """Run a grid of scenarios in parallel, resumably, into one tidy table."""
         from rich.progress import (
@@ -209,7 +261,7 @@ def register(app: typer.Typer) -> None:
 
         from reports.sweep import expand_grid, parse_grid, run_sweep, write_manifest
 
-        document, base_dir, source = load_document(scenario, set_ or [])
+        document, base_dir, source = load_document(scenario, set_ or [], bench)
         axes = parse_grid(grid or [])
         points = expand_grid(document, axes, source)
         out.mkdir(parents=True, exist_ok=True)

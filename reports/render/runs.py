@@ -94,10 +94,12 @@ def compare_report(folder: Path) -> Report:
     if not path.is_file():
         raise ScenarioError(f"{folder}: no {COMPARISON_FILE}; not a compare folder")
     frame = pd.read_csv(path)
+    # Each arm's run folder: the ``folder`` column, or the method itself in older comparisons.
+    folders = frame["folder"] if "folder" in frame.columns else frame["method"]
     runs = [
-        load_run(folder / str(method), str(method))
-        for method, status in zip(frame["method"], frame["status"], strict=True)
-        if status == "ok" and (folder / str(method)).is_dir()
+        load_run(folder / str(sub), str(method))
+        for method, sub, status in zip(frame["method"], folders, frame["status"], strict=True)
+        if status == "ok" and (folder / str(sub)).is_dir()
     ]
     if not runs:
         raise ScenarioError(f"{folder}: no method's run folder is present")
