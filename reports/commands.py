@@ -120,7 +120,7 @@ def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Ta
             _fmt(row.get("cost_per_million_output_tokens_usd"), 3),
         )
     table.caption = (
-        "* winner. max: highest probed rate that held in every seed; interval: [max, higher of "
+        "* winner. max: highest probed rate that held in every seed; interval: \\[max, higher of "
         "the first failing rate and the best seed's]; per seed: each seed's highest rate; "
         "served: lowest served / offered share among seeds at the max"
     )
@@ -146,6 +146,34 @@ def checks_table(rows: list[dict[str, Any]]) -> Table:
             ]
             table.add_row(str(row["method"]), key.removesuffix("_at_max"), "  ".join(cells))
     return table
+
+
+def plan_progress(plans: list[Any]) -> tuple[int, int, str]:
+    """Probes finished, an estimate of all the probes the search will take, and what each
+    method is probing.
+
+    A bracket ``[lo, hi]`` still needs about ``log2((hi - lo) / (tolerance * hi))`` bisections;
+    a method not yet bracketed is taken to need one more doubling (or halving) and then the
+    bisections of a factor-2 bracket. The estimate is exact once every method is bracketed.
+    """
+    done = total = 0
+    parts = []
+    for plan in plans:
+        search = plan.search
+        done += len(plan.probes)
+        total += len(plan.probes)
+        if plan.reason is not None or (plan.current is None and search.next_rate() is None):
+            parts.append(f"{plan.method} done")
+            continue
+        lo, hi, tol = search.holds_at, search.fails_at, search.tolerance
+        if lo is not None and hi is not None:
+            remaining = max(1, math.ceil(math.log2(max((hi - lo) / (tol * hi), 1.0))))
+        else:
+            remaining = 1 + math.ceil(math.log2(0.5 / tol))
+        total += remaining
+        rate = plan.current.rate_per_s if plan.current is not None else search.next_rate()
+        parts.append(f"{plan.method} at {rate:.3g} req/s")
+    return done, total, ", ".join(parts)
 
 
 def _num(value: float | None) -> str:
@@ -250,50 +278,53 @@ def register(app: typer.Typer) -> None:
         bench: BenchOptions,
     ) -> None:
         """Run a grid of scenarios in parallel, resumably, into one tidy table."""
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
+        from reports.progress import interrupted_line, item_progress
+        from reports.sweep import (
+            expand_grid,
+            finished_summary,
+            parse_grid,
+            run_sweep,
+            write_manifest,
         )
-
-        from reports.sweep import expand_grid, parse_grid, run_sweep, write_manifest
 
         document, base_dir, source = load_document(scenario, set_ or [], bench)
         axes = parse_grid(grid or [])
         points = expand_grid(document, axes, source)
         out.mkdir(parents=True, exist_ok=True)
         write_manifest(out, source, axes, set_ or [])
-        progress = Progress(
-            TextColumn("sweep"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=err_console,
-            disable=not err_console.is_terminal,
-        )
-        with progress:
-            task = progress.add_task("sweep", total=len(points))
+        reused = sum(finished_summary(out, p.point_id) is not None for p in points)
+        by_id = {p.point_id: p for p in points}
+
+        def describe(point_id: str) -> str:
+            values = ", ".join(f"{k}={v}" for k, v in by_id[point_id].values.items())
+            return f"point {point_id} ({values})" if values else f"point {point_id}"
+
+        with item_progress(len(points) - reused, "sweep", err_console) as progress:
+            progress.start(f"{len(points) - reused} points on {workers or os.cpu_count()} workers")
             outcome = run_sweep(
                 points,
                 out,
                 base_dir,
                 workers=workers or os.cpu_count() or 1,
                 scheduler=scheduler,
-                on_point=lambda _: progress.advance(task),
+                on_point=lambda done: progress.done(
+                    describe(done.point_id) + (" failed" if done.result is None else "")
+                ),
             )
-            progress.update(task, completed=outcome.num_reused + outcome.num_run)
         err_console.print(
             f"{len(points)} points: {outcome.num_run} run, {outcome.num_reused} already finished, "
             f"{len(outcome.failed)} failed; table in {out / 'sweep.csv'}",
             highlight=False,
         )
         if outcome.interrupted:
-            err_console.print("interrupted: finished points kept; rerun to resume", highlight=False)
+            finished = outcome.num_run + outcome.num_reused - len(outcome.failed)
+            err_console.print(
+                interrupted_line(
+                    f"{finished} finished points and the table kept in {out}",
+                    "rerun the same command to run the rest",
+                ),
+                highlight=False,
+            )
             raise typer.Exit(code=130)
         for point_id, error in outcome.failed.items():
             last = error.strip().splitlines()[-1]
@@ -356,25 +387,28 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The highest request rate each method sustains under the SLO, nodes and cost."""
         from reports.capacity import plan_capacity
+        from reports.progress import interrupted_line, item_progress
 
         document, base_dir, source = load_document(scenario, set_ or [])
-        result = plan_capacity(
-            document,
-            base_dir,
-            source,
-            slo_text=slo,
-            methods_text=methods,
-            target_qps=target_qps,
-            gpu_hour_usd=gpu_hour_usd,
-            num_seeds=seeds,
-            num_requests=requests,
-            tolerance=tolerance,
-            workers=workers or os.cpu_count() or 1,
-            out_dir=out,
-            goodput_text=goodput,
-            goodput_min=goodput_min,
-            max_requests=max_requests,
-        )
+        with item_progress(1, "plan: probes", err_console) as progress:
+            result = plan_capacity(
+                document,
+                base_dir,
+                source,
+                slo_text=slo,
+                methods_text=methods,
+                target_qps=target_qps,
+                gpu_hour_usd=gpu_hour_usd,
+                num_seeds=seeds,
+                num_requests=requests,
+                tolerance=tolerance,
+                workers=workers or os.cpu_count() or 1,
+                out_dir=out,
+                goodput_text=goodput,
+                goodput_min=goodput_min,
+                max_requests=max_requests,
+                on_update=lambda plans: progress.update(*plan_progress(plans)),
+            )
         title = f"{result['scenario']}: capacity under {', '.join(result['slo'])}"
         console.print(plan_table(result["methods"], title, result["winner"]))
         console.print(checks_table(result["methods"]))
@@ -386,6 +420,12 @@ def register(app: typer.Typer) -> None:
         for note in result["notes"]:
             err_console.print(note, highlight=False)
         if result["interrupted"]:
-            err_console.print(f"interrupted: the plan so far is in {out}", highlight=False)
+            err_console.print(
+                interrupted_line(
+                    f"the plan so far (every finished probe) is in {out}",
+                    "rerun the command to search again",
+                ),
+                highlight=False,
+            )
             raise typer.Exit(code=130)
         err_console.print(f"plan written to {out}", highlight=False)

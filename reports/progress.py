@@ -60,14 +60,31 @@ class ItemProgress:
         self.num_done += count
         if self._bar is not None:
             self._bar.update(self._task, advance=count)
+            self._item_started_at = time.perf_counter()
             return
-        took = time.perf_counter() - self._item_started_at
+        now = time.perf_counter()
+        took, self._item_started_at = now - self._item_started_at, now
         self.console.print(
             f"{self.label} [{self.num_done}/{self.total}] {item} ({took:.1f} s)",
             highlight=False,
             markup=False,
             soft_wrap=True,
         )
+
+    def update(self, num_done: int, total: int, item: str) -> None:
+        """Set the count and an estimated ``total`` (searches whose length shows as they go);
+        off a terminal a line is printed when the count grows."""
+        grew = num_done > self.num_done
+        self.num_done, self.total = num_done, max(total, num_done)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=num_done, total=self.total, description=item)
+        elif grew:
+            self.console.print(
+                f"{self.label} [{num_done}/~{self.total}] {item}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
 
     def __enter__(self) -> ItemProgress:
         if self._bar is not None:

@@ -27,9 +27,9 @@ import yaml
 from sim.errors import ScenarioError, SpecsimError
 from sim.output import write_json, write_table, write_yaml
 from sim.results import SCENARIO_FILE, SUMMARY_FILE, load_summary, save_result
-from sim.vllm_bench import vllm_bench_result
 from sim.run import ScenarioResult, resolve_engine, resolved_document, run_scenario
 from sim.scenario import Scenario, apply_override, validate_document
+from sim.vllm_bench import vllm_bench_result
 
 POINTS_DIR = "points"
 ERROR_FILE = "error.txt"
