@@ -407,7 +407,7 @@ def register(app: typer.Typer) -> None:
                 goodput_text=goodput,
                 goodput_min=goodput_min,
                 max_requests=max_requests,
-                on_update=lambda plans: progress.update(*plan_progress(plans)),
+                on_update=lambda plans: progress.update(*plan_progress(plans), estimated=True),
             )
         title = f"{result['scenario']}: capacity under {', '.join(result['slo'])}"
         console.print(plan_table(result["methods"], title, result["winner"]))

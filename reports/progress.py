@@ -18,6 +18,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -71,16 +72,16 @@ class ItemProgress:
             soft_wrap=True,
         )
 
-    def update(self, num_done: int, total: int, item: str) -> None:
-        """Set the count and an estimated ``total`` (searches whose length shows as they go);
-        off a terminal a line is printed when the count grows."""
+    def update(self, num_done: int, total: int, item: str, estimated: bool = False) -> None:
+        """Set the count and the ``total`` (``estimated`` for searches whose length shows as
+        they go); off a terminal a line is printed when the count grows."""
         grew = num_done > self.num_done
         self.num_done, self.total = num_done, max(total, num_done)
         if self._bar is not None:
             self._bar.update(self._task, completed=num_done, total=self.total, description=item)
         elif grew:
             self.console.print(
-                f"{self.label} [{num_done}/~{self.total}] {item}",
+                f"{self.label} [{num_done}/{'~' if estimated else ''}{self.total}] {item}",
                 highlight=False,
                 markup=False,
                 soft_wrap=True,
@@ -101,6 +102,28 @@ def item_progress(total: int, label: str, console: Console) -> Iterator[ItemProg
     """An :class:`ItemProgress` shown for the duration of the block."""
     with ItemProgress(total, label, console) as progress:
         yield progress
+
+
+@contextmanager
+def working(what: str, console: Console) -> Iterator[None]:
+    """One piece of work whose length is not known ahead (a fit): a spinner with the elapsed
+    time on a terminal; a line when it starts and one when it ends otherwise."""
+    started = time.perf_counter()
+    if console.is_terminal:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn(what),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as spinner:
+            spinner.add_task(what, total=None)
+            yield
+        return
+    console.print(f"{what}...", highlight=False, markup=False)
+    yield
+    took = time.perf_counter() - started
+    console.print(f"{what}: done in {took:.1f} s", highlight=False, markup=False)
 
 
 def interrupted_line(saved: str, resume: str | None) -> str:

@@ -254,11 +254,23 @@ def validate(
     ] = None,
 ) -> None:
     """Predicted vs measured on public measurements: fitted and out-of-sample rows apart."""
+    from reports.progress import interrupted_line, item_progress
     from sim.validation import format_report, resolve_regimes, run_points
     from sim.validation.checks import speedup_checks, tree_speedup_at
 
     regimes = resolve_regimes(regime or ["batch-1"])
-    results = run_points(regimes=regimes)
+    try:
+        with item_progress(1, "validate", err_console) as progress:
+            results = run_points(
+                regimes=regimes,
+                on_point=lambda point_id, done, total: progress.update(done, total, point_id),
+            )
+    except KeyboardInterrupt:
+        err_console.print(
+            interrupted_line("nothing written (validate only prints)", "rerun it"),
+            highlight=False,
+        )
+        raise typer.Exit(code=130) from None
     checks = []
     if "speculation" in regimes:
         checks = [check.line() for check in speedup_checks(results, tree_speedup_at)]

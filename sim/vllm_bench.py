@@ -48,6 +48,15 @@ DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")
 DEFAULT_METRIC_PERCENTILES = (99.0,)
 
 
+def vllm_key(metric: str, stat: str) -> str:
+    """The benchmark's key of a specsim statistic: ``ttft``/``ttft_ms`` and ``mean``, ``p50``
+    or ``pP`` give ``mean_ttft_ms``, ``median_ttft_ms`` or ``pP_ttft_ms``; ``e2e_latency`` is
+    ``e2el``."""
+    name = metric.removesuffix("_ms").replace("e2e_latency", "e2el")
+    word = "median" if stat == "p50" else stat
+    return f"{word}_{name}_ms"
+
+
 def percentile_word(percentile: float) -> str:
     """``99`` for 99.0 and ``99.9`` for 99.9, as the benchmark writes ``p{P}`` keys."""
     return str(int(percentile)) if int(percentile) == percentile else str(percentile)
