@@ -30,10 +30,14 @@ _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto; padding: 0 1rem;
        color: #1b1b1b; line-height: 1.45; }
 h1, h2, h3 { line-height: 1.2; }
-table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1.5rem; }
+.table-wrap { max-width: 100%; overflow-x: auto; margin: 0.5rem 0 1.5rem; }
+table { border-collapse: collapse; font-size: 0.85rem; }
+caption { text-align: left; font-weight: 600; padding-bottom: 0.3rem; }
 th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: right; }
-th { background: #f2f2f2; }
+th { background: #f2f2f2; white-space: normal; overflow-wrap: anywhere; max-width: 10rem; }
+td { white-space: nowrap; }
 td.text, th.text { text-align: left; }
+td.text { white-space: normal; overflow-wrap: anywhere; max-width: 32rem; }
 figure { margin: 1rem 0; }
 figure img { max-width: 100%; height: auto; }
 figcaption { font-size: 0.9rem; color: #444; }
@@ -92,14 +96,30 @@ class Report:
 
 
 def format_cell(value: object) -> str:
-    """A table cell: floats to four significant figures, missing values as a dash."""
+    """A table cell as a plain number a reader takes in at a glance, never in scientific
+    notation: thousands grouped and whole (16,710), tens with one decimal (45.3), smaller
+    values with three decimals (7.536, 0.075), tiny ones with the first two significant digits
+    (-0.0000012); missing values as a dash."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+        return plain_number(value)
     return str(value)
+
+
+def plain_number(value: float) -> str:
+    """``value`` as in :func:`format_cell`."""
+    size = abs(value)
+    if size >= 1000:
+        return f"{value:,.0f}"
+    if size >= 10:
+        return f"{value:.1f}"
+    if size >= 0.01 or value == 0:
+        return f"{value:.3f}"
+    digits = 1 - math.floor(math.log10(size))
+    return f"{value:.{digits}f}"
 
 
 def _inline_html(text: str) -> str:
@@ -133,8 +153,8 @@ def table_html(table: ReportTable) -> str:
     more = len(frame) - len(shown)
     note = f'<p class="note">{more} more rows not shown.</p>' if more > 0 else ""
     return (
-        f"<table><caption>{_inline_html(table.caption)}</caption><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>{note}"
+        f'<div class="table-wrap"><table><caption>{_inline_html(table.caption)}</caption>'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}"
     )
 
 

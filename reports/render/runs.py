@@ -67,7 +67,8 @@ def _common_sections(runs: list[RunFolder], sections: list[Section]) -> list[Sec
     )
     timeline = timeline_section(runs)
     sections.extend(s for s in (acceptance, timeline) if s is not None)
-    sections.append(tokens_per_step_section(measured_points(runs)))
+    if any(run.method != "none" for run in runs):  # alpha and k mean nothing without drafts
+        sections.append(tokens_per_step_section(measured_points(runs)))
     sections.append(glossary_section())
     return sections
 
