@@ -27,17 +27,18 @@ FIGURE_DPI = 100
 MAX_TABLE_ROWS = 200
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto; padding: 0 1rem;
+body { font-family: system-ui, sans-serif; max-width: 84rem; margin: 2rem auto; padding: 0 1rem;
        color: #1b1b1b; line-height: 1.45; }
 h1, h2, h3 { line-height: 1.2; }
 .table-wrap { max-width: 100%; overflow-x: auto; margin: 0.5rem 0 1.5rem; }
-table { border-collapse: collapse; font-size: 0.85rem; }
+table { border-collapse: collapse; font-size: 0.82rem; }
 caption { text-align: left; font-weight: 600; padding-bottom: 0.3rem; }
 th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: right; }
-th { background: #f2f2f2; white-space: normal; overflow-wrap: anywhere; max-width: 10rem; }
+th { background: #f2f2f2; white-space: normal; overflow-wrap: break-word; min-width: 4rem;
+     max-width: 10rem; vertical-align: bottom; }
 td { white-space: nowrap; }
 td.text, th.text { text-align: left; }
-td.text { white-space: normal; overflow-wrap: anywhere; max-width: 32rem; }
+td.text { white-space: normal; overflow-wrap: break-word; min-width: 5rem; max-width: 32rem; }
 figure { margin: 1rem 0; }
 figure img { max-width: 100%; height: auto; }
 figcaption { font-size: 0.9rem; color: #444; }
@@ -122,6 +123,13 @@ def plain_number(value: float) -> str:
     return f"{value:.{digits}f}"
 
 
+def column_words(name: str) -> str:
+    """A table column's name as words with its unit (``ttft_p99_ms``: ``TTFT p99 (ms)``)."""
+    from reports.figures import metric_label
+
+    return metric_label(name)
+
+
 def _inline_html(text: str) -> str:
     """Markdown inline syntax (code, bold, italic) to HTML, everything else escaped."""
     out = html.escape(text, quote=False)
@@ -140,7 +148,7 @@ def table_html(table: ReportTable) -> str:
     shown = frame.head(MAX_TABLE_ROWS)
     kinds = ["" if _is_numeric(frame[c]) else ' class="text"' for c in frame.columns]
     head = "".join(
-        f"<th{kind}>{html.escape(str(c))}</th>"
+        f"<th{kind}>{html.escape(column_words(str(c)))}</th>"
         for c, kind in zip(frame.columns, kinds, strict=True)
     )
     rows = []
