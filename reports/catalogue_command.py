@@ -103,8 +103,14 @@ def section_table(section: str, rows: list[dict[str, Any]]) -> Table:
     """One section as a terminal table: one line per list item, the sources wrapped."""
     table = Table(title=section, box=box.SIMPLE_HEAD, show_lines=True, expand=True)
     for key in rows[0] if rows else ("name",):
-        wraps = key in ("source", "acceptance_profiles", "engines")
-        table.add_column(key.replace("_", " "), no_wrap=not wraps, ratio=2 if wraps else None)
+        wraps = key in ("source", "acceptance_profiles", "engines", "display_name")
+        header = key.replace("_", " ")
+        table.add_column(
+            header,
+            no_wrap=not wraps,
+            ratio=2 if wraps else None,
+            min_width=None if wraps else max(len(header), 4),
+        )
     for row in rows:
         table.add_row(*(_cell(v) for v in row.values()))
     return table

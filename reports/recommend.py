@@ -413,7 +413,7 @@ def recommend_configuration(
 ) -> Recommendation:
     """Simulate every candidate on common random numbers and return the best and runner-up.
 
-    ``on_candidate(label, number_done, number_of_candidates)`` is called before each run.
+    ``on_candidate(label, number_done, number_of_candidates)`` is called after each run.
     Raise ScenarioError if the request is invalid (unknown task, model, GPU, or load), and
     SpecsimError if even the configuration without speculation cannot run on this node.
     """
@@ -424,14 +424,14 @@ def recommend_configuration(
     found, skipped, sources = candidates(request)
     outcomes: list[Outcome] = []
     for number, candidate in enumerate(found, start=1):
-        if on_candidate is not None:
-            on_candidate(candidate.label, number - 1, len(found))
         try:
             outcomes.append(simulate(document, candidate, request, sources.get(candidate.label)))
         except SpecsimError as exc:
             if candidate.label == "none":
                 raise SpecsimError(f"the target cannot be served on this node: {exc}") from None
             skipped[candidate.label] = str(exc).splitlines()[0]
+        if on_candidate is not None:
+            on_candidate(candidate.label, number, len(found))
     ranked = rank(outcomes)
     best = ranked[0]
     notes = [f"acceptance for {label}: {source}" for label, source in sources.items()]

@@ -147,3 +147,17 @@ def test_hugging_face_ids_name_catalogue_models() -> None:
     assert hf_model_id("llama-3.1-8b") == "meta-llama/Llama-3.1-8B-Instruct"
     scenario, _ = load_scenario(None, ["model=mistralai/Mixtral-8x7B-Instruct-v0.1"])
     assert scenario.model == "mixtral-8x7b"
+
+
+def test_the_file_reads_as_a_vllm_bench_result(tmp_path: Path) -> None:
+    # The parser of real `vllm bench serve --save-result` files takes it as one of them, with
+    # the same figures: a prediction and a measurement go through the same tools.
+    from calibration.parsers import parse_artifact
+
+    result = _run("speculation.method=eagle3")
+    save_result(result, tmp_path, write_steps=False)
+    parsed = parse_artifact(tmp_path / "vllm_bench.json")
+    assert parsed.kind == "vllm_bench_json"
+    document = json.loads((tmp_path / "vllm_bench.json").read_text())
+    for key in ("completed", "output_throughput", "median_tpot_ms", "p99_itl_ms"):
+        assert parsed.aggregates[key] == pytest.approx(document[key])
