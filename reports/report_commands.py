@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
     ) -> None:
         """Simulate the drafting configurations this node can run and recommend the best."""
-        from reports.progress import item_progress
+        from reports.progress import interrupted_line, item_progress
         from reports.recommend import Request, recommend_configuration
         from sim.errors import ScenarioError
 
@@ -122,10 +122,17 @@ def register(app: typer.Typer) -> None:
         )
         if profile is not None and not profile.is_file():
             raise ScenarioError(f"--profile: {profile}: no such file")
-        with item_progress(1, "recommend", err_console) as progress:
-            answer = recommend_configuration(
-                request, lambda label, done, total: progress.update(done, total, label)
+        try:
+            with item_progress(1, "recommend", err_console) as progress:
+                answer = recommend_configuration(
+                    request, lambda label, done, total: progress.update(done, total, label)
+                )
+        except KeyboardInterrupt:
+            err_console.print(
+                interrupted_line("nothing written (recommend only prints)", "rerun it"),
+                highlight=False,
             )
+            raise typer.Exit(code=130) from None
         if as_json:
             typer.echo(json.dumps(answer.to_dict(), indent=2))
         else:

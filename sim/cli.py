@@ -133,11 +133,20 @@ def run(
     document, base_dir, source = load_document(scenario, set_ or [], bench)
     loaded = validate_document(document, source)
     reporter, bar = progress_reporter(loaded.workload.num_requests, "simulating")
-    if bar is not None:
-        with bar:
-            result = run_scenario(loaded, base_dir, reporter)
-    else:
-        result = run_scenario(loaded, base_dir)
+    try:
+        if bar is not None:
+            with bar:
+                result = run_scenario(loaded, base_dir, reporter)
+        else:
+            result = run_scenario(loaded, base_dir)
+    except KeyboardInterrupt:
+        from reports.progress import interrupted_line
+
+        err_console.print(
+            interrupted_line("nothing written (a run is saved whole when it ends)", "rerun it"),
+            highlight=False,
+        )
+        raise typer.Exit(code=130) from None
     out_dir = out if out is not None else fresh_results_dir(Path("results"), loaded.name)
     save_result(result, out_dir, write_steps=not no_steps)
     if result_format is ResultFormat.vllm:
