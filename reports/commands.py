@@ -91,10 +91,15 @@ def _rate_list(values: list[float | None] | None) -> str:
 
 def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Table:
     """The capacity plan as a terminal table: one row per method."""
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     labels = ("method", "max req/s", "interval", "per seed", "served", "stable", "nodes", "$/M tok")
     for label in labels:
-        table.add_column(label, justify="left" if label == "method" else "right", no_wrap=True)
+        table.add_column(
+            label,
+            justify="left" if label == "method" else "right",
+            no_wrap=True,
+            min_width=len(label),
+        )
     for row in rows:
         name = f"{row['method']} *" if row["method"] == winner else row["method"]
         status = row["status"]
@@ -131,8 +136,9 @@ def checks_table(rows: list[dict[str, Any]]) -> Table:
     """Each method's checks at its max rate: per seed, the estimate and its 90% interval."""
     table = Table(title="checks at the max rate (per seed: value [90% interval])",
                   box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
-    for label in ("method", "check", "per seed"):
-        table.add_column(label, no_wrap=True)
+    table.add_column("method", no_wrap=True, min_width=6)
+    table.add_column("check", no_wrap=True, min_width=5)
+    table.add_column("per seed", overflow="fold")
     for row in rows:
         for key, values in row.items():
             if not key.endswith("_at_max") or key.endswith("interval_at_max"):
@@ -177,7 +183,10 @@ def plan_progress(plans: list[Any]) -> tuple[int, int, str]:
 
 
 def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
+    """A plain number, never in scientific notation (as the HTML report shows it)."""
+    from reports.render.document import format_cell
+
+    return format_cell(None if value is None else float(value))
 
 
 def register(app: typer.Typer) -> None:

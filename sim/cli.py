@@ -315,6 +315,15 @@ def _plain_metavars(command: Any) -> None:
     (``KEY.PATH=VALUE`` where the option sets one), never ``<list[str]>``."""
     for sub in getattr(command, "commands", {}).values():
         _plain_metavars(sub)
+    make_help_option = command.get_help_option
+
+    def help_option_without_type(ctx: Any) -> Any:
+        option = make_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option_without_type
     for param in command.params:
         if param.metavar is not None:
             continue
