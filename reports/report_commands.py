@@ -65,7 +65,10 @@ def register(app: typer.Typer) -> None:
         rate: Annotated[
             float | None, typer.Option("--rate", min=0.0, help="Poisson request rate (req/s).")
         ] = None,
-        temperature: Annotated[float, typer.Option("--temperature", min=0.0)] = 0.0,
+        temperature: Annotated[
+            float,
+            typer.Option("--temperature", min=0.0, help="Sampling temperature (0: greedy)."),
+        ] = 0.0,
         ttft_p99_ms: Annotated[
             float | None, typer.Option("--ttft-p99-ms", min=0.0, help="TTFT p99 bound.")
         ] = None,
