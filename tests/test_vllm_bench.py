@@ -161,3 +161,16 @@ def test_the_file_reads_as_a_vllm_bench_result(tmp_path: Path) -> None:
     document = json.loads((tmp_path / "vllm_bench.json").read_text())
     for key in ("completed", "output_throughput", "median_tpot_ms", "p99_itl_ms"):
         assert parsed.aggregates[key] == pytest.approx(document[key])
+
+
+def test_every_hugging_face_id_resolves_to_its_own_entry() -> None:
+    # No id (nor its bare repository name) may point at two catalogue entries.
+    from sim.catalogue import model_names
+    from sim.model_names import HF_MODEL_IDS
+
+    for name, ids in HF_MODEL_IDS.items():
+        assert name in model_names(), name
+        for model_id in ids:
+            assert resolve_model_name(model_id) == name
+            assert resolve_model_name(model_id.upper()) == name
+            assert resolve_model_name(model_id.split("/", 1)[1]) == name
