@@ -36,7 +36,8 @@ def register(app: typer.Typer) -> None:
 
         written = render_report(folder, out)
         err_console.print(
-            f"{len(written.figure_paths)} figures; report written to {written.html_path} and "
+            f"{len(written.figure_paths)} figure{'' if len(written.figure_paths) == 1 else 's'}; "
+            f"report written to {written.html_path} and "
             f"{written.markdown_path}",
             highlight=False,
         )

@@ -11,6 +11,7 @@ import pandas as pd
 
 from reports.figures import (
     load_curves_figure,
+    metric_label,
     slo_frontier_figure,
     speedup_figure,
     speedup_table,
@@ -47,7 +48,7 @@ def _load_axis(frame: pd.DataFrame, axes: list[str]) -> tuple[str, str]:
                 return key, label
     for key in axes:
         if key != METHOD_KEY and pd.api.types.is_numeric_dtype(frame[key]):
-            return key, key
+            return key, metric_label(key.rsplit(".", 1)[-1])
     return "point_index", "grid point"
 
 

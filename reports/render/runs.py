@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from reports.figures import metric_label
 from reports.render.common import (
     RunFolder,
     acceptance_section,
@@ -77,7 +78,16 @@ def run_report(folder: Path) -> Report:
     """The report of one run folder. Raise ScenarioError if it is not one."""
     run = load_run(folder)
     headline = headline_table([run]).drop(columns="run")
-    metrics = pd.DataFrame({"metric": headline.columns, "value": headline.iloc[0].to_list()})
+    values = [
+        int(v) if isinstance(v, float) and key.startswith("num_") and v == v else v
+        for key, v in zip(headline.columns, headline.iloc[0].to_list(), strict=True)
+    ]
+    metrics = pd.DataFrame(
+        {
+            "metric": [metric_label(str(c)) for c in headline.columns],
+            "value": pd.Series(values, dtype=object),
+        }
+    )
     overview = Section(
         "Summary",
         [_describe(run)],
