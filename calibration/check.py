@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from calibration.fit_replay import MeasuredRun, ReplayFit, fit_overheads, simulate
+from sim.vllm_bench import vllm_key
 
 SPLIT_SEED = 20263
 STATS = ("mean", "p50", "p99")
@@ -88,7 +89,8 @@ def check_run(run: MeasuredRun, gpu: str, model: str, tp: int, fit: ReplayFit) -
 
 
 def format_check(check: dict[str, Any]) -> list[str]:
-    """Text lines of a check: one line per metric and statistic."""
+    """Text lines of a check: one line per metric and statistic, named by the keys of a
+    ``vllm bench serve`` result file (``median_ttft_ms``), values in ms."""
     lines = []
     sections = (
         ("in sample", check["in_sample"]),
@@ -100,7 +102,7 @@ def format_check(check: dict[str, Any]) -> list[str]:
             for name in STATS:
                 row = section[metric][name]
                 lines.append(
-                    f"  {metric[:-3].upper():4} {name:4} predicted {row['predicted']:10.2f} ms  "
-                    f"measured {row['measured']:10.2f} ms  error {row['rel_error']:+7.1%}"
+                    f"  {vllm_key(metric, name):16} predicted {row['predicted']:10.2f}  "
+                    f"measured {row['measured']:10.2f}  error {row['rel_error']:+7.1%}"
                 )
     return lines

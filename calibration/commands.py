@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from sim.catalogue import gpu_names, model_names
+from sim.catalogue import gpu_names
 from sim.errors import CalibrationError
 
 
@@ -69,6 +69,8 @@ def _shown(value: float, unit: str) -> str:
 def _parameter_lines(engine: dict[str, Any]) -> list[str]:
     """The parameter table and the predicted against measured statistics of a fit by
     simulation."""
+    from sim.vllm_bench import vllm_key
+
     lines = [f"  {engine['num_simulations']} simulations; parameters:"]
     for name, row in engine["parameters"].items():
         text = f"    {name:24} {_shown(row['value'], row['unit'])}"
@@ -82,8 +84,10 @@ def _parameter_lines(engine: dict[str, Any]) -> list[str]:
     for label, stats in engine["comparison"].items():
         lines.append(f"  {label}:")
         for stat, row in stats.items():
+            metric, _, which = stat.rpartition("_")
+            shown = vllm_key(metric, which) if which in ("mean", "p50", "p90", "p99") else stat
             lines.append(
-                f"    {stat:20} predicted {row['predicted']:10.3f}  measured "
+                f"    {shown:22} predicted {row['predicted']:10.3f}  measured "
                 f"{row['measured']:10.3f}  error {row['rel_error']:+7.1%}"
                 + ("" if row.get("fitted", 1.0) else "  (compared, not fitted)")
             )
@@ -119,7 +123,10 @@ def register(app: typer.Typer) -> None:
         gpu: Annotated[
             str | None, typer.Option(help=f"GPU of the run: {', '.join(gpu_names())}.")
         ] = None,
-        model: Annotated[str | None, typer.Option(help="Catalogue model of the run.")] = None,
+        model: Annotated[
+            str | None,
+            typer.Option(help="Model of the run: a catalogue name or its Hugging Face id."),
+        ] = None,
         tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree of the run.")] = None,
         fit: Annotated[
             str | None,
@@ -137,10 +144,13 @@ def register(app: typer.Typer) -> None:
         """Fit a profile (engine overheads, acceptance) to real vLLM/SGLang artifacts."""
         if gpu is not None and gpu not in gpu_names():
             raise CalibrationError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(gpu_names())}")
-        if model is not None and model not in model_names():
-            raise CalibrationError(
-                f"--model: unknown model {model!r}; known: {', '.join(model_names())}"
-            )
+        if model is not None:
+            from sim.model_names import resolve_model_name, unknown_model_message
+
+            resolved = resolve_model_name(model)
+            if resolved is None:
+                raise CalibrationError(f"--model: {unknown_model_message(model)}")
+            model = resolved
         if tp is not None and tp < 1:
             raise CalibrationError(f"--tp: must be >= 1, got {tp}")
         # Imported here: fitting pulls in scipy and the parsers, which every CLI start would pay.
@@ -152,16 +162,29 @@ def register(app: typer.Typer) -> None:
             out,
             {"--gpu": gpu, "--model": model, "--tp": tp, "--fit": fit, "--check": check},
         )
-        result = calibrate(
-            artifacts,
-            gpu=gpu,
-            model=model,
-            tp=tp,
-            check=check,
-            parameters=None if fit is None else [n.strip() for n in fit.split(",") if n.strip()],
-            name=out.stem,
-            command=command,
-        )
+        from reports.progress import interrupted_line, working
+        from sim.cli import err_console
+
+        try:
+            with working(f"calibrate: fitting {len(artifacts)} artifacts", err_console):
+                result = calibrate(
+                    artifacts,
+                    gpu=gpu,
+                    model=model,
+                    tp=tp,
+                    check=check,
+                    parameters=None
+                    if fit is None
+                    else [n.strip() for n in fit.split(",") if n.strip()],
+                    name=out.stem,
+                    command=command,
+                )
+        except KeyboardInterrupt:
+            err_console.print(
+                interrupted_line(f"nothing written ({out} is written when the fit ends)", "rerun"),
+                highlight=False,
+            )
+            raise typer.Exit(code=130) from None
         write_profile(result.document, out)
         if as_json:
             typer.echo(json.dumps(result.document, indent=2))

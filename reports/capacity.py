@@ -208,6 +208,18 @@ def plan_targets(
     return targets
 
 
+def _saved_and_told(
+    out_dir: Path,
+    snapshot: Callable[[], dict[str, Any]],
+    plans: list[MethodPlan],
+    on_update: Callable[[list[MethodPlan]], None] | None,
+) -> None:
+    """After each finished run: save the plan so far, then tell the caller (progress)."""
+    save_plan(out_dir, {**snapshot(), "complete": False}, plans)
+    if on_update is not None:
+        on_update(plans)
+
+
 def plan_capacity(
     document: dict[str, Any],
     base_dir: Path,
@@ -225,6 +237,7 @@ def plan_capacity(
     goodput_text: str | None = None,
     goodput_min: float | None = None,
     max_requests: int | None = None,
+    on_update: Callable[[list[MethodPlan]], None] | None = None,
 ) -> dict[str, Any]:
     """Search each method's capacity; write ``plan.json``, ``plan.csv`` and probes; return the
     plan (``interrupted`` is true if Ctrl-C stopped it: what was found is kept).
@@ -296,7 +309,7 @@ def plan_capacity(
         search_capacity(
             plans, documents, base_dir, targets, seeds=seeds, base_requests=base,
             max_requests=maximum, executor=executor,
-            on_progress=lambda: save_plan(out_dir, {**snapshot(), "complete": False}, plans),
+            on_progress=lambda: _saved_and_told(out_dir, snapshot, plans, on_update),
         )  # fmt: skip
     except KeyboardInterrupt:
         interrupted = True

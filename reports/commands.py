@@ -20,13 +20,17 @@ from rich.table import Table
 if TYPE_CHECKING:  # pandas is imported by the commands themselves: CLI start stays fast
     import pandas as pd
 
+from reports.bench_options import BenchOptions, apply_bench_options, with_bench_options
 from sim.cli_options import ScenarioArg, SetOpt
 
 
-def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, Any], Path, str]:
-    """The scenario mapping with ``--set`` overrides applied, validated, with its folder and name.
+def load_document(
+    path: Path | None, overrides: list[str], bench: BenchOptions | None = None
+) -> tuple[dict[str, Any], Path, str]:
+    """The scenario mapping with ``--set`` overrides and then the ``vllm bench serve`` options
+    applied, validated, with its folder and name.
 
-    Raise ScenarioError if the file, an override or the resulting scenario is invalid.
+    Raise ScenarioError if the file, an override, an option or the resulting scenario is invalid.
     """
     from sim.scenario import apply_override, read_document, validate_document
 
@@ -34,6 +38,8 @@ def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, An
     document = copy.deepcopy(document)
     for assignment in overrides:
         apply_override(document, assignment)
+    if bench is not None:
+        apply_bench_options(document, bench)
     validate_document(document, source)
     return document, base_dir, source
 
@@ -62,7 +68,14 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
         ("speedup_vs_none", "speed\nup", 2),
     )
     for _, label, _ in columns:
-        table.add_column(label, justify="left" if label == "method" else "right", no_wrap=True)
+        is_method = label == "method"
+        table.add_column(
+            label,
+            justify="left" if is_method else "right",
+            no_wrap=not is_method,
+            overflow="fold",
+            max_width=28 if is_method else None,
+        )
     for _, row in frame.iterrows():
         if row["status"] != "ok":
             table.add_row(row["method"], "-", *[""] * (len(columns) - 2))
@@ -78,10 +91,15 @@ def _rate_list(values: list[float | None] | None) -> str:
 
 def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Table:
     """The capacity plan as a terminal table: one row per method."""
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     labels = ("method", "max req/s", "interval", "per seed", "served", "stable", "nodes", "$/M tok")
     for label in labels:
-        table.add_column(label, justify="left" if label == "method" else "right", no_wrap=True)
+        table.add_column(
+            label,
+            justify="left" if label == "method" else "right",
+            no_wrap=True,
+            min_width=len(label),
+        )
     for row in rows:
         name = f"{row['method']} *" if row["method"] == winner else row["method"]
         status = row["status"]
@@ -107,7 +125,7 @@ def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Ta
             _fmt(row.get("cost_per_million_output_tokens_usd"), 3),
         )
     table.caption = (
-        "* winner. max: highest probed rate that held in every seed; interval: [max, higher of "
+        "* winner. max: highest probed rate that held in every seed; interval: \\[max, higher of "
         "the first failing rate and the best seed's]; per seed: each seed's highest rate; "
         "served: lowest served / offered share among seeds at the max"
     )
@@ -118,8 +136,9 @@ def checks_table(rows: list[dict[str, Any]]) -> Table:
     """Each method's checks at its max rate: per seed, the estimate and its 90% interval."""
     table = Table(title="checks at the max rate (per seed: value [90% interval])",
                   box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
-    for label in ("method", "check", "per seed"):
-        table.add_column(label, no_wrap=True)
+    table.add_column("method", no_wrap=True, min_width=6)
+    table.add_column("check", no_wrap=True, min_width=5)
+    table.add_column("per seed", overflow="fold")
     for row in rows:
         for key, values in row.items():
             if not key.endswith("_at_max") or key.endswith("interval_at_max"):
@@ -135,8 +154,39 @@ def checks_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def plan_progress(plans: list[Any]) -> tuple[int, int, str]:
+    """Probes finished, an estimate of all the probes the search will take, and what each
+    method is probing.
+
+    A bracket ``[lo, hi]`` still needs about ``log2((hi - lo) / (tolerance * hi))`` bisections;
+    a method not yet bracketed is taken to need one more doubling (or halving) and then the
+    bisections of a factor-2 bracket. The estimate is exact once every method is bracketed.
+    """
+    done = total = 0
+    parts = []
+    for plan in plans:
+        search = plan.search
+        done += len(plan.probes)
+        total += len(plan.probes)
+        if plan.reason is not None or (plan.current is None and search.next_rate() is None):
+            parts.append(f"{plan.method} done")
+            continue
+        lo, hi, tol = search.holds_at, search.fails_at, search.tolerance
+        if lo is not None and hi is not None:
+            remaining = max(1, math.ceil(math.log2(max((hi - lo) / (tol * hi), 1.0))))
+        else:
+            remaining = 1 + math.ceil(math.log2(0.5 / tol))
+        total += remaining
+        rate = plan.current.rate_per_s if plan.current is not None else search.next_rate()
+        parts.append(f"{plan.method} at {rate:.3g} req/s")
+    return done, total, ", ".join(parts)
+
+
 def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
+    """A plain number, never in scientific notation (as the HTML report shows it)."""
+    from reports.render.document import format_cell
+
+    return format_cell(None if value is None else float(value))
 
 
 def register(app: typer.Typer) -> None:
@@ -145,26 +195,68 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
+    @with_bench_options
     def compare(
         scenario: ScenarioArg = None,
         methods: Annotated[
-            str, typer.Option("--methods", help="Comma-separated methods, e.g. none,eagle3,ngram.")
+            str,
+            typer.Option(
+                "--methods",
+                metavar="METHOD[:KEY=VALUE,...],...",
+                help="Arms to compare, each with its own settings, e.g. "
+                "none,eagle3:k=3,draft_model:model=llama-3.2-1b,alpha=0.7 (keys: k, model, "
+                "tp, alpha, tau, profile, trace, or any speculation key path).",
+            ),
         ] = "none",
-        out: Annotated[Path | None, typer.Option("--out", help="Output folder.")] = None,
+        out: Annotated[
+            Path | None, typer.Option("--out", metavar="FOLDER", help="Output folder.")
+        ] = None,
         set_: SetOpt = None,
+        skip_unsupported: Annotated[
+            bool,
+            typer.Option(
+                "--skip-unsupported",
+                help="Leave out an arm that cannot run (default: stop with its reason).",
+            ),
+        ] = False,
+        *,
+        bench: BenchOptions,
     ) -> None:
         """Run every method on the same arrivals and lengths and compare them with none."""
-        from reports.comparison import compare_methods, parse_methods, save_comparison
+        from reports.comparison import (
+            compare_methods,
+            parse_arms,
+            save_comparison,
+            unrunnable_arms,
+        )
+        from reports.progress import interrupted_line, item_progress
+        from sim.errors import ScenarioError
         from sim.output import fresh_results_dir
         from sim.scenario import validate_document
 
-        document, base_dir, source = load_document(scenario, set_ or [])
+        document, base_dir, source = load_document(scenario, set_ or [], bench)
         name = validate_document(document, source).name
-        method_names, added = parse_methods(methods)
+        arms, added = parse_arms(methods)
         if added:
             err_console.print("none added as the baseline for speed-ups", highlight=False)
-        runs = compare_methods(document, base_dir, source, method_names)
+        blocked = unrunnable_arms(document, base_dir, source, arms)
+        if blocked and not skip_unsupported:
+            lines = "\n".join(f"  {label}: {reason}" for label, reason in blocked.items())
+            raise ScenarioError(
+                f"compare: {len(blocked)} of {len(arms)} arms cannot run:\n{lines}\n"
+                "give an arm its own settings (e.g. draft_model:model=llama-3.2-1b,alpha=0.7) "
+                "or pass --skip-unsupported to compare the others"
+            )
         out_dir = out if out is not None else fresh_results_dir(Path("results"), f"{name}-compare")
+        try:
+            with item_progress(len(arms), "compare", err_console) as progress:
+                runs = compare_methods(document, base_dir, source, arms, progress)
+        except KeyboardInterrupt:
+            err_console.print(
+                interrupted_line("nothing written (a comparison is saved whole)", "rerun it"),
+                highlight=False,
+            )
+            raise typer.Exit(code=130) from None
         frame = save_comparison(runs, out_dir)
         console.print(comparison_table(frame, f"{name}: methods on identical requests"))
         for run in runs:
@@ -176,6 +268,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
+    @with_bench_options
     def sweep(
         out: Annotated[Path, typer.Option("--out", help="Output folder (rerun to resume).")],
         scenario: ScenarioArg = None,
@@ -190,52 +283,57 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--scheduler", help="Dask scheduler address to run on.")
         ] = None,
         set_: SetOpt = None,
+        *,
+        bench: BenchOptions,
     ) -> None:
         """Run a grid of scenarios in parallel, resumably, into one tidy table."""
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
+        from reports.progress import interrupted_line, item_progress
+        from reports.sweep import (
+            expand_grid,
+            finished_summary,
+            parse_grid,
+            run_sweep,
+            write_manifest,
         )
 
-        from reports.sweep import expand_grid, parse_grid, run_sweep, write_manifest
-
-        document, base_dir, source = load_document(scenario, set_ or [])
+        document, base_dir, source = load_document(scenario, set_ or [], bench)
         axes = parse_grid(grid or [])
         points = expand_grid(document, axes, source)
         out.mkdir(parents=True, exist_ok=True)
         write_manifest(out, source, axes, set_ or [])
-        progress = Progress(
-            TextColumn("sweep"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=err_console,
-            disable=not err_console.is_terminal,
-        )
-        with progress:
-            task = progress.add_task("sweep", total=len(points))
+        reused = sum(finished_summary(out, p.point_id) is not None for p in points)
+        by_id = {p.point_id: p for p in points}
+
+        def describe(point_id: str) -> str:
+            values = ", ".join(f"{k}={v}" for k, v in by_id[point_id].values.items())
+            return f"point {point_id} ({values})" if values else f"point {point_id}"
+
+        with item_progress(len(points) - reused, "sweep", err_console) as progress:
+            progress.start(f"{len(points) - reused} points on {workers or os.cpu_count()} workers")
             outcome = run_sweep(
                 points,
                 out,
                 base_dir,
                 workers=workers or os.cpu_count() or 1,
                 scheduler=scheduler,
-                on_point=lambda _: progress.advance(task),
+                on_point=lambda done: progress.done(
+                    describe(done.point_id) + (" failed" if done.result is None else "")
+                ),
             )
-            progress.update(task, completed=outcome.num_reused + outcome.num_run)
         err_console.print(
             f"{len(points)} points: {outcome.num_run} run, {outcome.num_reused} already finished, "
             f"{len(outcome.failed)} failed; table in {out / 'sweep.csv'}",
             highlight=False,
         )
         if outcome.interrupted:
-            err_console.print("interrupted: finished points kept; rerun to resume", highlight=False)
+            finished = outcome.num_run + outcome.num_reused - len(outcome.failed)
+            err_console.print(
+                interrupted_line(
+                    f"{finished} finished points and the table kept in {out}",
+                    "rerun the same command to run the rest",
+                ),
+                highlight=False,
+            )
             raise typer.Exit(code=130)
         for point_id, error in outcome.failed.items():
             last = error.strip().splitlines()[-1]
@@ -298,25 +396,28 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The highest request rate each method sustains under the SLO, nodes and cost."""
         from reports.capacity import plan_capacity
+        from reports.progress import interrupted_line, item_progress
 
         document, base_dir, source = load_document(scenario, set_ or [])
-        result = plan_capacity(
-            document,
-            base_dir,
-            source,
-            slo_text=slo,
-            methods_text=methods,
-            target_qps=target_qps,
-            gpu_hour_usd=gpu_hour_usd,
-            num_seeds=seeds,
-            num_requests=requests,
-            tolerance=tolerance,
-            workers=workers or os.cpu_count() or 1,
-            out_dir=out,
-            goodput_text=goodput,
-            goodput_min=goodput_min,
-            max_requests=max_requests,
-        )
+        with item_progress(1, "plan: probes", err_console) as progress:
+            result = plan_capacity(
+                document,
+                base_dir,
+                source,
+                slo_text=slo,
+                methods_text=methods,
+                target_qps=target_qps,
+                gpu_hour_usd=gpu_hour_usd,
+                num_seeds=seeds,
+                num_requests=requests,
+                tolerance=tolerance,
+                workers=workers or os.cpu_count() or 1,
+                out_dir=out,
+                goodput_text=goodput,
+                goodput_min=goodput_min,
+                max_requests=max_requests,
+                on_update=lambda plans: progress.update(*plan_progress(plans), estimated=True),
+            )
         title = f"{result['scenario']}: capacity under {', '.join(result['slo'])}"
         console.print(plan_table(result["methods"], title, result["winner"]))
         console.print(checks_table(result["methods"]))
@@ -328,6 +429,12 @@ def register(app: typer.Typer) -> None:
         for note in result["notes"]:
             err_console.print(note, highlight=False)
         if result["interrupted"]:
-            err_console.print(f"interrupted: the plan so far is in {out}", highlight=False)
+            err_console.print(
+                interrupted_line(
+                    f"the plan so far (every finished probe) is in {out}",
+                    "rerun the command to search again",
+                ),
+                highlight=False,
+            )
             raise typer.Exit(code=130)
         err_console.print(f"plan written to {out}", highlight=False)

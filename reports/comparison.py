@@ -15,14 +15,17 @@ written in the ``adjustments`` column.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 from matplotlib.figure import Figure
 
+from reports.progress import ItemProgress
 from sim.acceptance.config import TRACE_METHODS
 from sim.acceptance.profiles import PROFILE_METHOD
 from sim.errors import InvariantError, ScenarioError, SpecsimError
@@ -94,6 +97,118 @@ def parse_methods(text: str) -> tuple[list[str], bool]:
     return [BASELINE, *(m for m in methods if m != BASELINE)], added
 
 
+#: Short names of per-arm settings (``draft_model:model=llama-3.2-1b,alpha=0.7``) and the
+#: ``speculation`` key each one sets; any other key is a path under ``speculation``.
+ARM_SHORTCUTS = {
+    "k": "num_speculative_tokens",
+    "model": "draft_model",
+    "tp": "draft_tp",
+    "alpha": "acceptance.alpha",
+    "tau": "acceptance.mean_acceptance_length",
+    "profile": "acceptance.profile",
+    "trace": "acceptance.trace",
+}
+#: Acceptance keys that name its source: an arm that gives one replaces the scenario's source.
+_ACCEPTANCE_SOURCES = ("alpha", "per_position", "mean_acceptance_length", "trace", "profile")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One column of a comparison: a method and its own ``speculation`` settings."""
+
+    label: str
+    method: str
+    settings: tuple[tuple[str, Any], ...] = ()
+
+
+def parse_arms(text: str) -> tuple[list[Arm], bool]:
+    """The arms of ``--methods none,eagle3:k=3,draft_model:model=llama-3.2-1b,alpha=0.7``, the
+    ``none`` baseline first, and whether it had to be added.
+
+    An item ``METHOD[:KEY=VALUE]`` starts an arm; an item ``KEY=VALUE`` without a method adds a
+    setting to the arm before it. Values are read as YAML. Raise ScenarioError naming the item
+    for an unknown method, a setting without an arm, a malformed setting, a repeated arm, or an
+    empty list.
+    """
+    arms: list[tuple[str, str, list[tuple[str, Any]]]] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        head, sep, rest = item.partition(":")
+        if "=" in head:  # KEY=VALUE continuing the previous arm
+            if not arms:
+                raise ScenarioError(f"--methods: setting {item!r} comes before any method")
+            arms[-1][2].append(_arm_setting(item, arms[-1][1]))
+            continue
+        method = head.strip()
+        if method not in METHODS:
+            raise ScenarioError(
+                f"--methods: unknown method {method!r}; known: {', '.join(METHODS)}"
+            )
+        settings = [_arm_setting(rest, method)] if sep and rest.strip() else []
+        if sep and not rest.strip():
+            raise ScenarioError(f"--methods: {item!r}: expected {method}:KEY=VALUE")
+        arms.append((item, method, settings))
+    if not arms:
+        raise ScenarioError(f"--methods: no method given in {text!r}")
+    out: list[Arm] = []
+    for _, method, settings in arms:
+        label = method + "".join(
+            f"{':' if i == 0 else ','}{key}={value}" for i, (key, value) in enumerate(settings)
+        )
+        if any(arm.label == label for arm in out):
+            raise ScenarioError(f"--methods: {label} is given twice")
+        out.append(Arm(label, method, tuple(settings)))
+    added = not any(arm.label == BASELINE for arm in out)
+    baseline = [a for a in out if a.label == BASELINE] or [Arm(BASELINE, BASELINE)]
+    return [*baseline, *(a for a in out if a.label != BASELINE)], added
+
+
+def arm_folder(label: str) -> str:
+    """A folder name for an arm: its label with every character but letters, digits, ``.``,
+    ``-``, ``_`` and ``=`` replaced by ``_`` (``draft_model_model=llama-3.2-1b_alpha=0.7``)."""
+    return re.sub(r"[^A-Za-z0-9._=-]", "_", label)
+
+
+def _arm_setting(text: str, method: str) -> tuple[str, Any]:
+    """``(key, value)`` of one ``KEY=VALUE`` arm setting. Raise ScenarioError if malformed."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not raw.strip():
+        raise ScenarioError(f"--methods: {method} setting {text!r}: expected KEY=VALUE")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise ScenarioError(f"--methods: {method} setting {text!r}: not a valid value") from None
+    return key, value
+
+
+def arm_document(document: dict[str, Any], arm: Arm) -> tuple[dict[str, Any], list[str]]:
+    """The scenario for one arm: :func:`method_document` for its method, then its settings.
+
+    Raise ScenarioError if a setting walks through a key that is not a mapping.
+    """
+    out, notes = method_document(document, arm.method)
+    speculation = out.setdefault("speculation", {})
+    for key, value in arm.settings:
+        path = ARM_SHORTCUTS.get(key, key).split(".")
+        if path[0] == "acceptance" and len(path) == 2 and path[1] in _ACCEPTANCE_SOURCES:
+            speculation["acceptance"] = {
+                k: v
+                for k, v in (speculation.get("acceptance") or {}).items()
+                if k not in _ACCEPTANCE_SOURCES
+            }
+        node = speculation
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ScenarioError(f"--methods {arm.label}: speculation.{part} is not a mapping")
+            node = child
+        node[path[-1]] = value
+    return out, notes
+
+
 def _acceptance_misfit(acceptance: dict[str, Any], method: str) -> str | None:
     """Why the scenario's ``speculation.acceptance`` does not describe ``method``, or None."""
     if acceptance.get("trace") is not None:
@@ -141,23 +256,35 @@ def method_document(document: dict[str, Any], method: str) -> tuple[dict[str, An
 
 
 def compare_methods(
-    document: dict[str, Any], base_dir: Path, source: str, methods: list[str]
+    document: dict[str, Any],
+    base_dir: Path,
+    source: str,
+    methods: list[str] | list[Arm],
+    progress: ItemProgress | None = None,
 ) -> list[MethodRun]:
-    """Run ``document`` once per method, on identical arrivals and lengths.
+    """Run ``document`` once per arm (a method name or an :class:`Arm`), on identical arrivals
+    and lengths.
 
-    A method the scenario does not support becomes a run with its reason. Raise SpecsimError if
-    every method fails, and InvariantError if two methods saw different requests.
+    An arm that cannot run becomes a run with its reason. Raise SpecsimError if every arm
+    fails, and InvariantError if two arms saw different requests.
     """
+    arms = [a if isinstance(a, Arm) else Arm(a, a) for a in methods]
     runs: list[MethodRun] = []
-    for method in methods:
-        variant, notes = method_document(document, method)
+    for arm in arms:
+        if progress is not None:
+            progress.start(arm.label)
+        variant, notes = arm_document(document, arm)
         try:
-            scenario = validate_document(variant, f"{source} (method {method})")
+            scenario = validate_document(variant, f"{source} (method {arm.label})")
             result = run_scenario(scenario, base_dir)
         except SpecsimError as exc:
-            runs.append(MethodRun(method, None, str(exc), notes))
+            runs.append(MethodRun(arm.label, None, str(exc), notes))
+            if progress is not None:
+                progress.done(f"{arm.label} cannot run")
             continue
-        runs.append(MethodRun(method, result, None, notes))
+        runs.append(MethodRun(arm.label, result, None, notes))
+        if progress is not None:
+            progress.done(f"{arm.label} done")
     finished = [run for run in runs if run.result is not None]
     if not finished:
         reasons = "; ".join(f"{run.method}: {run.reason}" for run in runs)
@@ -166,6 +293,25 @@ def compare_methods(
         [(run.method, run.result) for run in runs if run.result is not None], document
     )
     return runs
+
+
+def unrunnable_arms(
+    document: dict[str, Any], base_dir: Path, source: str, arms: list[Arm]
+) -> dict[str, str]:
+    """Arms that cannot run, each with the reason, found before any arm runs: the scenario is
+    validated and the node built (drafting support, draft model, acceptance source)."""
+    from sim.run import build_simulation
+
+    reasons: dict[str, str] = {}
+    for arm in arms:
+        variant, _ = arm_document(document, arm)
+        try:
+            scenario = validate_document(variant, f"{source} (method {arm.label})")
+            if scenario.fleet is None:
+                build_simulation(scenario, base_dir)
+        except SpecsimError as exc:
+            reasons[arm.label] = str(exc)
+    return reasons
 
 
 def _check_common_requests(
@@ -197,6 +343,7 @@ def comparison_frame(runs: list[MethodRun]) -> pd.DataFrame:
     for run in runs:
         row: dict[str, Any] = {
             "method": run.method,
+            "folder": arm_folder(run.method),
             "status": "ok" if run.ok else "unsupported",
             "reason": run.reason,
             "adjustments": "; ".join(run.adjustments) or None,
@@ -250,7 +397,7 @@ def save_comparison(runs: list[MethodRun], out_dir: Path) -> pd.DataFrame:
     out_dir.mkdir(parents=True, exist_ok=True)
     for run in runs:
         if run.result is not None:
-            save_result(run.result, out_dir / run.method)
+            save_result(run.result, out_dir / arm_folder(run.method))
     frame = comparison_frame(runs)
     write_table(out_dir / COMPARISON_FILE, frame)
     figure = comparison_figure(frame)

@@ -55,14 +55,59 @@ def series_color(name: str, index: int) -> str:
     return METHOD_COLORS.get(name, f"C{index % 10}")
 
 
+#: Markers and dash patterns by series position: lines that overlap stay distinguishable.
+SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+SERIES_DASHES = ("-", "--", "-.", ":")
+#: Metric names in words, for axis labels built from table columns (``ttft_p99_ms``).
+METRIC_WORDS = {
+    "ttft": "TTFT",
+    "tpot": "TPOT",
+    "itl": "ITL",
+    "e2e_latency": "end-to-end latency",
+    "e2el": "end-to-end latency",
+}
+
+
+def series_marker(index: int) -> str:
+    """The marker of the ``index``-th series."""
+    return SERIES_MARKERS[index % len(SERIES_MARKERS)]
+
+
+def metric_label(key: str) -> str:
+    """A column name in words with its unit: ``ttft_p99_ms`` is ``TTFT p99 (ms)``,
+    ``good_request_fraction`` is ``share of requests within the goodput SLO``."""
+    if key == "good_request_fraction":
+        return "share of requests within the goodput SLO"
+    if key.endswith("_ms"):
+        name, _, stat = key.removesuffix("_ms").rpartition("_")
+        if name in METRIC_WORDS:
+            return f"{METRIC_WORDS[name]} {stat} (ms)"
+    units = {"_tok_s": " (tok/s)", "_req_s": " (req/s)", "_per_s": " (per s)", "_s": " (s)"}
+    for suffix, unit in units.items():
+        if key.endswith(suffix):
+            return key.removesuffix(suffix).replace("_", " ") + unit
+    return key.replace("_", " ")
+
+
 def _plain_log_ticks(axes: Any, which: str) -> None:
-    """Label a log axis with plain numbers (20, 50, 100) instead of powers of ten."""
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    """Label a log axis with plain numbers (20, 50, 100), never powers of ten and never bare.
+
+    Call it after plotting: the ticks depend on the range. Over less than a decade every
+    1..9 multiple is a labelled tick, over up to three decades 1, 2 and 5, above that the
+    decades; so even a short range (8 to 14 ms) carries at least two labels.
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     axis = axes.xaxis if which == "x" else axes.yaxis
-    formatter = ScalarFormatter()
-    formatter.set_scientific(False)
-    axis.set_major_formatter(formatter)
+    low, high = axes.get_xlim() if which == "x" else axes.get_ylim()
+    decades = np.log10(max(high, 1e-300) / max(low, 1e-300)) if low > 0 else 3.0
+    subs: tuple[float, ...] = (1.0,)
+    if decades < 1.2:
+        subs = tuple(float(s) for s in range(1, 10))
+    elif decades <= 3.0:
+        subs = (1.0, 2.0, 5.0)
+    axis.set_major_locator(LogLocator(base=10.0, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -148,9 +193,15 @@ def timeline_figure(timelines: Mapping[str, pd.DataFrame]) -> Figure:
     fractional = all("kv_usage" in t.columns for t in timelines.values())
     for index, (name, timeline) in enumerate(timelines.items()):
         kv = timeline["kv_usage"] * 100.0 if fractional else timeline["kv_blocks_used"]
-        color = series_color(name, index)
-        left.plot(timeline["time_s"], kv, lw=1.0, color=color, label=name)
-        right.plot(timeline["time_s"], timeline["batch_size"], lw=1.0, color=color, label=name)
+        style = {
+            "color": series_color(name, index),
+            "ls": SERIES_DASHES[index % len(SERIES_DASHES)],
+            "lw": 1.1,
+            "alpha": 0.85,
+            "label": name,
+        }
+        left.plot(timeline["time_s"], kv, **style)
+        right.plot(timeline["time_s"], timeline["batch_size"], **style)
     left.set_ylabel("KV cache used (% of pool)" if fractional else "KV blocks used")
     right.set_ylabel("batch size (running sequences)")
     for axes in (left, right):
@@ -193,9 +244,11 @@ def load_curves_figure(frame: pd.DataFrame, x: str, group: str, x_label: str) ->
                     part[x],
                     part[column],
                     style,
-                    marker="o",
-                    ms=3,
+                    marker=series_marker(index),
+                    ms=4,
+                    mfc="none" if style != "-" else color,
                     color=color,
+                    alpha=0.9,
                     label=f"{name} {stat}".strip(),
                 )
         axes.set_xlabel(x_label)
@@ -204,7 +257,20 @@ def load_curves_figure(frame: pd.DataFrame, x: str, group: str, x_label: str) ->
         if "ms" in label:
             axes.set_yscale("log")
             _plain_log_ticks(axes, "y")
+    # One legend for the series (colour and marker), one for the statistics (line style).
     axes_list[0].legend(fontsize="small")
+    latency_axes = [a for a, (label, _) in zip(axes_list, panels, strict=True) if "ms" in label]
+    if latency_axes:
+        from matplotlib.lines import Line2D
+
+        latency_axes[0].legend(
+            handles=[
+                Line2D([], [], color="k", ls="-", label="p50"),
+                Line2D([], [], color="k", ls="--", label="p99"),
+            ],
+            fontsize="small",
+            loc="upper left",
+        )
     return figure
 
 
@@ -236,10 +302,16 @@ def speedup_figure(table: pd.DataFrame, x: str, group: str, x_label: str) -> Fig
         raise SpecsimError("speed-up figure: no method to compare with none")
     figure = _figure(9.0, 3.8)
     left, right = figure.subplots(1, 2)
-    for name, part in _line_groups(table, x, group):
-        left.plot(part[x], part["speedup_vs_none"], marker="o", ms=3, label=name)
+    for index, (name, part) in enumerate(_line_groups(table, x, group)):
+        style = {
+            "color": series_color(name, index),
+            "marker": series_marker(index),
+            "ls": SERIES_DASHES[index % len(SERIES_DASHES)],
+            "ms": 4,
+        }
+        left.plot(part[x], part["speedup_vs_none"], label=name, **style)
         ordered = part.sort_values("batch_size_none")
-        right.plot(ordered["batch_size_none"], ordered["speedup_vs_none"], marker="o", ms=3)
+        right.plot(ordered["batch_size_none"], ordered["speedup_vs_none"], **style)
     left.set_xlabel(x_label)
     right.set_xlabel("mean batch size without speculation")
     for axes in (left, right):
@@ -277,17 +349,28 @@ def slo_frontier_figure(
             color = series_color(str(name), index)
             axes.plot(part["rate_per_s"], part[key], ".", color=color, alpha=0.35)
             mean = part.groupby("rate_per_s")[key].mean()
-            axes.plot(mean.index, mean.to_numpy(), "-", color=color, label=str(name))
+            axes.plot(
+                mean.index,
+                mean.to_numpy(),
+                "-",
+                marker=series_marker(index),
+                ms=4,
+                color=color,
+                label=f"{name} (mean of seeds)",
+            )
             rate = max_rates.get(str(name))
             if rate:
                 axes.axvline(float(rate), color=color, ls="--", lw=0.9)
-        axes.axhline(bound, color="k", ls=":", lw=1.2)
+        unit = " ms" if key.endswith("_ms") else ""
+        axes.axhline(bound, color="k", ls=":", lw=1.2, label=f"SLO bound {bound:g}{unit}")
         axes.set_xscale("log")
-        axes.set_yscale("log")
+        if key.endswith("_ms"):
+            axes.set_yscale("log")
+            _plain_log_ticks(axes, "y")
         _plain_log_ticks(axes, "x")
-        _plain_log_ticks(axes, "y")
-        axes.set_xlabel("request rate (req/s, Poisson)")
-        axes.set_ylabel(f"{key} (bound {bound:g})")
+        axes.set_xlabel("offered request rate (req/s, Poisson)")
+        axes.set_ylabel(metric_label(key))
+        axes.set_title(f"{metric_label(key)}: SLO {bound:g}{unit}", fontsize="medium")
         axes.grid(alpha=0.3)
     axes_list[0].legend(fontsize="small")
     return figure

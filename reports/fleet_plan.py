@@ -348,10 +348,20 @@ def register(app: typer.Typer) -> None:
             float | None, typer.Option("--price-per-gpu-hour", help="USD per GPU-hour.")
         ] = None,
         cost: Annotated[bool, typer.Option("--cost", help="Require a cost answer.")] = False,
-        seeds: Annotated[int, typer.Option("--seeds", min=1)] = 1,
-        requests: Annotated[int | None, typer.Option("--requests", min=10)] = None,
-        max_units: Annotated[int, typer.Option("--max-units", min=1)] = DEFAULT_MAX_UNITS,
-        out: Annotated[Path | None, typer.Option("--out")] = None,
+        seeds: Annotated[
+            int, typer.Option("--seeds", min=1, help="Seeds per fleet size; all must hold.")
+        ] = 1,
+        requests: Annotated[
+            int | None,
+            typer.Option("--requests", min=10, help="Requests per run (the scenario's)."),
+        ] = None,
+        max_units: Annotated[
+            int, typer.Option("--max-units", min=1, help="Largest fleet the search tries.")
+        ] = DEFAULT_MAX_UNITS,
+        out: Annotated[
+            Path | None,
+            typer.Option("--out", metavar="FOLDER", help="Write the plan (plan.json) here."),
+        ] = None,
         set_: SetOpt = None,
     ) -> None:
         """How many nodes: the smallest fleet holding the SLO at the target rate (fleet runs)."""

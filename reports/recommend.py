@@ -15,12 +15,15 @@ Acceptance comes from the shipped measurements for the model, the task's dataset
 temperature. When the temperature was not measured, the nearest measured temperature above it
 stands in (acceptance falls as temperature rises, so this errs against speculation); when the
 model was not measured, the measurements of a model with the same tokenizer stand in. Every
-stand-in is named in the answer.
+stand-in is named in the answer. The methods are ranked on one dataset: the task's dataset
+measured for the most methods (the task's order breaks ties); a method measured only on another
+dataset still runs, and the answer says that its acceptance comes from elsewhere.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +82,9 @@ class Request:
     draft_alpha: float | None = None
     num_requests: int = 200
     seed: int = 0
+    #: Engine preset (``specsim catalogue presets``) and a calibrated profile's path.
+    preset: str = "vllm-v1"
+    profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,8 @@ def base_document(request: Request) -> dict[str, Any]:
         "seed": request.seed,
         "hardware": {"gpu": request.gpu, "num_gpus": request.num_gpus},
         "model": request.model,
-        "engine": {"preset": "vllm-v1"},
+        "engine": {"preset": request.preset}
+        | ({"profile": request.profile} if request.profile else {}),
         "speculation": {"method": "none"},
         "workload": _workload(request, task),
         "measurement": {"warmup_requests": min(20, request.num_requests // 10)},
@@ -181,8 +188,9 @@ def _measured_temperatures(key: str) -> list[float]:
 
 def find_acceptance(
     method: str, model: str, vocab_size: int, task: Task, temperature: float
-) -> tuple[dict[str, Any], str] | str:
-    """The scenario keys that give ``method`` shipped acceptance, and their source; or why not.
+) -> tuple[dict[str, Any], str, str] | str:
+    """The scenario keys that give ``method`` shipped acceptance, their source and dataset; or
+    why not.
 
     Tries the target's own traces and profiles, then those of :data:`STAND_IN_MODEL` when it
     shares the tokenizer; for each, the task's datasets in order, at ``temperature`` or the
@@ -201,7 +209,7 @@ def find_acceptance(
             trace = f"{owner}/{dataset}"
             if method in TRACE_METHODS and temperature == 0.0 and trace in SHIPPED_TRACES:
                 keys = {"trace": trace, "trace_field": TRACE_METHODS[method]}
-                return {"acceptance": keys}, f"traces {trace}{stand_in}"
+                return {"acceptance": keys}, f"traces {trace}{stand_in}", dataset
             key = profile_key(method, owner, dataset)
             above = [t for t in _measured_temperatures(key) if t >= temperature]
             if above:
@@ -209,12 +217,41 @@ def find_acceptance(
                 return (
                     {"acceptance": {"profile": key}, "temperature": above[0]},
                     f"profile {key}{shown}{stand_in}",
+                    dataset,
                 )
     return f"no shipped acceptance for {method} on {model} ({', '.join(task.datasets)})"
 
 
+def common_dataset(request: Request, methods: list[str]) -> str:
+    """The task's dataset with shipped acceptance for the most of ``methods`` (task order breaks
+    ties): the one the candidates are ranked on."""
+    from sim.catalogue import get_model
+
+    task = TASKS[request.task]
+    vocab = get_model(request.model).spec.vocab_size
+    covered = {
+        dataset: sum(
+            not isinstance(
+                find_acceptance(
+                    m, request.model, vocab, replace(task, datasets=(dataset,)), request.temperature
+                ),
+                str,
+            )
+            for m in methods
+        )
+        for dataset in task.datasets
+    }
+    return max(task.datasets, key=lambda d: (covered[d], -task.datasets.index(d)))
+
+
+def _one(task: Task, first: str) -> Task:
+    """``task`` with ``first`` tried before its other datasets."""
+    return replace(task, datasets=(first, *(d for d in task.datasets if d != first)))
+
+
 def candidates(request: Request) -> tuple[list[Candidate], dict[str, str], dict[str, str]]:
-    """The configurations to simulate, what cannot be, and each candidate's acceptance source."""
+    """The configurations to simulate, what cannot be, and each candidate's acceptance source
+    (a source on another dataset than the common one says so)."""
     from sim.catalogue import get_model, model_names
 
     target = get_model(request.model)
@@ -229,17 +266,21 @@ def candidates(request: Request) -> tuple[list[Candidate], dict[str, str], dict[
         "ngram": [{"num_speculative_tokens": k} for k in (2, 4)],
         "mtp": [{"num_speculative_tokens": k} for k in (1, 2)],
     }
+    runnable = [m for m in shapes if m != "mtp" or target.spec.num_mtp_modules > 0]
+    common = common_dataset(request, runnable)
     for method, variants in shapes.items():
-        if method == "mtp" and target.spec.num_mtp_modules == 0:
+        if method not in runnable:
             skipped[method] = f"{request.model} ships no MTP modules"
             continue
         source = find_acceptance(
-            method, request.model, target.spec.vocab_size, task, request.temperature
+            method, request.model, target.spec.vocab_size, _one(task, common), request.temperature
         )
         if isinstance(source, str):
             skipped[method] = source
             continue
-        keys, where = source
+        keys, where, dataset = source
+        if dataset != common:
+            where += f" (dataset {dataset}, not {common}: not like-for-like with the others)"
         for variant in variants:
             label = _label(method, variant)
             spec = {"method": method, **variant, "acceptance": keys["acceptance"]}
@@ -367,9 +408,12 @@ def explain(request: Request, outcomes: list[Outcome], best: Outcome) -> list[st
     return lines
 
 
-def recommend_configuration(request: Request) -> Recommendation:
+def recommend_configuration(
+    request: Request, on_candidate: Callable[[str, int, int], None] | None = None
+) -> Recommendation:
     """Simulate every candidate on common random numbers and return the best and runner-up.
 
+    ``on_candidate(label, number_done, number_of_candidates)`` is called after each run.
     Raise ScenarioError if the request is invalid (unknown task, model, GPU, or load), and
     SpecsimError if even the configuration without speculation cannot run on this node.
     """
@@ -379,16 +423,21 @@ def recommend_configuration(request: Request) -> Recommendation:
     validate_document(document, "recommend")
     found, skipped, sources = candidates(request)
     outcomes: list[Outcome] = []
-    for candidate in found:
+    for number, candidate in enumerate(found, start=1):
         try:
             outcomes.append(simulate(document, candidate, request, sources.get(candidate.label)))
         except SpecsimError as exc:
             if candidate.label == "none":
                 raise SpecsimError(f"the target cannot be served on this node: {exc}") from None
             skipped[candidate.label] = str(exc).splitlines()[0]
+        if on_candidate is not None:
+            on_candidate(candidate.label, number, len(found))
     ranked = rank(outcomes)
     best = ranked[0]
     notes = [f"acceptance for {label}: {source}" for label, source in sources.items()]
+    if len(TASKS[request.task].datasets) > 1:
+        methods = sorted({c.speculation["method"] for c in found if c.label != "none"})
+        notes.insert(0, f"methods ranked on one dataset: {common_dataset(request, methods)}")
     if request.task in NOTES:
         notes.append(f"{request.task}: {NOTES[request.task]}")
     if not any(o.meets_slo for o in outcomes):

@@ -36,7 +36,8 @@ def register(app: typer.Typer) -> None:
 
         written = render_report(folder, out)
         err_console.print(
-            f"{len(written.figure_paths)} figures; report written to {written.html_path} and "
+            f"{len(written.figure_paths)} figure{'' if len(written.figure_paths) == 1 else 's'}; "
+            f"report written to {written.html_path} and "
             f"{written.markdown_path}",
             highlight=False,
         )
@@ -44,7 +45,10 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def recommend(
-        model: Annotated[str, typer.Option("--model", help="Target model (catalogue name).")],
+        model: Annotated[
+            str,
+            typer.Option("--model", help="Target model: a catalogue name or its Hugging Face id."),
+        ],
         gpu: Annotated[str, typer.Option("--gpu", help="GPU (catalogue name).")],
         task: Annotated[
             str,
@@ -62,7 +66,10 @@ def register(app: typer.Typer) -> None:
         rate: Annotated[
             float | None, typer.Option("--rate", min=0.0, help="Poisson request rate (req/s).")
         ] = None,
-        temperature: Annotated[float, typer.Option("--temperature", min=0.0)] = 0.0,
+        temperature: Annotated[
+            float,
+            typer.Option("--temperature", min=0.0, help="Sampling temperature (0: greedy)."),
+        ] = 0.0,
         ttft_p99_ms: Annotated[
             float | None, typer.Option("--ttft-p99-ms", min=0.0, help="TTFT p99 bound.")
         ] = None,
@@ -81,13 +88,28 @@ def register(app: typer.Typer) -> None:
         num_requests: Annotated[
             int, typer.Option("--requests", min=20, help="Requests simulated per candidate.")
         ] = 200,
+        preset: Annotated[
+            str,
+            typer.Option(
+                "--preset", help="Engine preset (see specsim catalogue presets), e.g. sglang."
+            ),
+        ] = "vllm-v1",
+        profile: Annotated[
+            Path | None,
+            typer.Option(
+                "--profile",
+                metavar="PROFILE.yaml",
+                help="Engine profile fitted by specsim calibrate, applied to every candidate.",
+            ),
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
     ) -> None:
         """Simulate the drafting configurations this node can run and recommend the best."""
+        from reports.progress import interrupted_line, item_progress
         from reports.recommend import Request, recommend_configuration
+        from sim.errors import ScenarioError
 
         request = Request(
-            model=model,
             gpu=gpu,
             num_gpus=num_gpus,
             task=task,
@@ -98,12 +120,40 @@ def register(app: typer.Typer) -> None:
             tpot_p50_ms=tpot_p50_ms,
             draft_alpha=draft_alpha,
             num_requests=num_requests,
+            model=_catalogue_model(model),
+            preset=preset,
+            profile=None if profile is None else str(profile.resolve()),
         )
-        answer = recommend_configuration(request)
+        if profile is not None and not profile.is_file():
+            raise ScenarioError(f"--profile: {profile}: no such file")
+        try:
+            with item_progress(1, "recommend", err_console) as progress:
+                answer = recommend_configuration(
+                    request, lambda label, done, total: progress.update(done, total, label)
+                )
+        except KeyboardInterrupt:
+            err_console.print(
+                interrupted_line("nothing written (recommend only prints)", "rerun it"),
+                highlight=False,
+            )
+            raise typer.Exit(code=130) from None
         if as_json:
             typer.echo(json.dumps(answer.to_dict(), indent=2))
         else:
             typer.echo(format_recommendation(answer))
+
+
+def _catalogue_model(name: str) -> str:
+    """The catalogue name of ``--model`` (a Hugging Face id is accepted).
+
+    Raise ScenarioError naming the known models if it names none."""
+    from sim.errors import ScenarioError
+    from sim.model_names import resolve_model_name, unknown_model_message
+
+    resolved = resolve_model_name(name)
+    if resolved is None:
+        raise ScenarioError(f"--model: {unknown_model_message(name)}")
+    return resolved
 
 
 def _ms(value: float | None) -> str:

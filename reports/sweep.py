@@ -29,6 +29,7 @@ from sim.output import write_json, write_table, write_yaml
 from sim.results import SCENARIO_FILE, SUMMARY_FILE, load_summary, save_result
 from sim.run import ScenarioResult, resolve_engine, resolved_document, run_scenario
 from sim.scenario import Scenario, apply_override, validate_document
+from sim.vllm_bench import vllm_bench_result
 
 POINTS_DIR = "points"
 ERROR_FILE = "error.txt"
@@ -63,6 +64,8 @@ class PointOutcome:
     point_id: str
     result: ScenarioResult | None
     error: str | None
+    #: The run in ``vllm bench serve``'s keys, computed before the step records are dropped.
+    vllm_bench: dict[str, Any] | None = None
 
 
 def split_values(text: str) -> list[str]:
@@ -159,8 +162,9 @@ def run_point(point_id: str, document: dict[str, Any], base_dir: str) -> PointOu
         # A bug, not bad input: keep the whole traceback beside the point, and go on with the
         # sweep; the command still exits non-zero and names the point.
         return PointOutcome(point_id, None, traceback.format_exc())
+    bench = vllm_bench_result(result)
     result.steps = {}
-    return PointOutcome(point_id, result, None)
+    return PointOutcome(point_id, result, None, bench)
 
 
 def point_dir(out_dir: Path, point_id: str) -> Path:
@@ -185,7 +189,7 @@ def save_outcome(out_dir: Path, point: SweepPoint, outcome: PointOutcome) -> Non
         (folder / ERROR_FILE).write_text(f"{outcome.error}\n", encoding="utf-8")
         return
     (folder / ERROR_FILE).unlink(missing_ok=True)
-    save_result(outcome.result, folder, write_steps=False)
+    save_result(outcome.result, folder, write_steps=False, vllm_bench=outcome.vllm_bench)
 
 
 def write_manifest(out_dir: Path, scenario: str, axes: list[GridAxis], sets: list[str]) -> None:

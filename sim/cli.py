@@ -7,6 +7,7 @@ message naming the key path or the file and line, with exit code 2 and no traceb
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import sys
 from collections.abc import Callable
@@ -17,8 +18,18 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from reports.bench_options import BenchOptions, with_bench_options
 from sim.cli_options import OutOpt, ScenarioArg, SetOpt
 from sim.errors import SpecsimError
+
+
+class ResultFormat(enum.StrEnum):
+    """What ``specsim run`` prints."""
+
+    table = "table"
+    json = "json"
+    vllm = "vllm"
+
 
 app = typer.Typer(
     name="specsim",
@@ -26,10 +37,31 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 console = Console()
 err_console = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from sim import __version__
+
+        typer.echo(f"specsim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Simulate batched speculative-decoding LLM serving: throughput, latency, acceptance."""
 
 
 def user_errors(func: F) -> F:
@@ -68,30 +100,58 @@ def progress_reporter(total: int, label: str) -> tuple[Callable[[int], None] | N
 
 @app.command()
 @user_errors
+@with_bench_options
 def run(
     scenario: ScenarioArg = None,
     out: OutOpt = None,
     set_: SetOpt = None,
     no_steps: Annotated[bool, typer.Option("--no-steps", help="Skip steps.csv.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON (--result-format json).")
+    ] = False,
+    result_format: Annotated[
+        ResultFormat,
+        typer.Option(
+            "--result-format",
+            help="What to print: a table, specsim's summary JSON, or the flat JSON keys "
+            "vllm bench serve --save-result writes (the folder's vllm_bench.json).",
+        ),
+    ] = ResultFormat.table,
+    *,
+    bench: BenchOptions,
 ) -> None:
-    """Run one scenario, print its summary and write its results."""
+    """Run one scenario, print its summary and write its results (summary.json, requests.csv,
+    steps.csv, vllm_bench.json, scenario.resolved.yaml)."""
+    from reports.commands import load_document
     from sim.output import fresh_results_dir
     from sim.report_text import summary_table
     from sim.results import save_result
     from sim.run import run_scenario
-    from sim.scenario import load_scenario
+    from sim.scenario import validate_document
+    from sim.vllm_bench import vllm_bench_result
 
-    loaded, base_dir = load_scenario(scenario, set_ or [])
+    document, base_dir, source = load_document(scenario, set_ or [], bench)
+    loaded = validate_document(document, source)
     reporter, bar = progress_reporter(loaded.workload.num_requests, "simulating")
-    if bar is not None:
-        with bar:
-            result = run_scenario(loaded, base_dir, reporter)
-    else:
-        result = run_scenario(loaded, base_dir)
+    try:
+        if bar is not None:
+            with bar:
+                result = run_scenario(loaded, base_dir, reporter)
+        else:
+            result = run_scenario(loaded, base_dir)
+    except KeyboardInterrupt:
+        from reports.progress import interrupted_line
+
+        err_console.print(
+            interrupted_line("nothing written (a run is saved whole when it ends)", "rerun it"),
+            highlight=False,
+        )
+        raise typer.Exit(code=130) from None
     out_dir = out if out is not None else fresh_results_dir(Path("results"), loaded.name)
     save_result(result, out_dir, write_steps=not no_steps)
-    if as_json:
+    if result_format is ResultFormat.vllm:
+        typer.echo(json.dumps(vllm_bench_result(result), indent=2, default=str))
+    elif as_json or result_format is ResultFormat.json:
         console.print_json(json.dumps(result.summary, default=str))
     else:
         console.print(summary_table(result.summary))
@@ -104,8 +164,15 @@ def run(
 
 @app.command()
 @user_errors
-def schema(out: OutOpt = None) -> None:
-    """Print (or write) the JSON Schema of scenario files, for editor completion."""
+def schema(
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", metavar="FILE", help="Write the schema to this JSON file instead of stdout."
+        ),
+    ] = None,
+) -> None:
+    """Print the JSON Schema of scenario files (or write it to a file with --out), for editors."""
     from sim.output import write_json
     from sim.scenario import scenario_json_schema
 
@@ -123,8 +190,8 @@ def lossless_check(
     samples: Annotated[
         int, typer.Option(min=1000, help="Speculative steps and direct samples.")
     ] = 50_000,
-    seed: Annotated[int, typer.Option(min=0)] = 0,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the sampler.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Chi-square proof that speculative sampling reproduces the target distribution."""
     from sim.lossless import run_lossless_check
@@ -141,13 +208,20 @@ def lossless_check(
 @app.command()
 @user_errors
 def analyze(
-    alpha: Annotated[float, typer.Option(min=0.0, max=0.999)] = 0.8,
+    alpha: Annotated[
+        float,
+        typer.Option(min=0.0, max=0.999, help="Probability that a draft token is accepted."),
+    ] = 0.8,
     cost_ratio: Annotated[
         float, typer.Option("--c", min=0.0, help="Draft/target cost ratio c.")
     ] = 0.05,
-    out: OutOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", metavar="FOLDER", help="Write the figure and the table here."),
+    ] = None,
 ) -> None:
-    """Expected tokens per verify step against alpha and k, the optimal k, and the lesson check."""
+    """Expected tokens per verify step against alpha and k, the optimal k, and the starting
+    claims about alpha and k recomputed by formula and by simulation."""
     from sim.analysis import (
         expected_tokens_per_step,
         lesson_comparison,
@@ -189,11 +263,23 @@ def validate(
     ] = None,
 ) -> None:
     """Predicted vs measured on public measurements: fitted and out-of-sample rows apart."""
+    from reports.progress import interrupted_line, item_progress
     from sim.validation import format_report, resolve_regimes, run_points
     from sim.validation.checks import speedup_checks, tree_speedup_at
 
     regimes = resolve_regimes(regime or ["batch-1"])
-    results = run_points(regimes=regimes)
+    try:
+        with item_progress(1, "validate", err_console) as progress:
+            results = run_points(
+                regimes=regimes,
+                on_point=lambda point_id, done, total: progress.update(done, total, point_id),
+            )
+    except KeyboardInterrupt:
+        err_console.print(
+            interrupted_line("nothing written (validate only prints)", "rerun it"),
+            highlight=False,
+        )
+        raise typer.Exit(code=130) from None
     checks = []
     if "speculation" in regimes:
         checks = [check.line() for check in speedup_checks(results, tree_speedup_at)]
@@ -209,11 +295,13 @@ def validate(
 def _register_commands() -> None:
     """Commands that live beside the simulator: calibration, and the multi-run reports."""
     from calibration.commands import register as register_calibration
+    from reports.catalogue_command import register as register_catalogue
     from reports.commands import register as register_reports
     from reports.fleet_plan import register as register_fleet_plan
     from reports.report_commands import register as register_report_and_recommend
 
     register_calibration(app)
+    register_catalogue(app)
     register_reports(app)
     register_report_and_recommend(app)
     register_fleet_plan(app)
@@ -222,6 +310,46 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _plain_metavars(command: Any) -> None:
+    """Help that reads as words: a flag shows no ``<bool>``, a value its kind in capitals
+    (``KEY.PATH=VALUE`` where the option sets one), never ``<list[str]>``."""
+    for sub in getattr(command, "commands", {}).values():
+        _plain_metavars(sub)
+    make_help_option = command.get_help_option
+
+    def help_option_without_type(ctx: Any) -> Any:
+        option = make_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option_without_type
+    for param in command.params:
+        if param.metavar is not None:
+            continue
+        kind = param.type_descriptor
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+        elif kind.is_choice and kind.choices is not None:
+            names = (getattr(c, "value", c) for c in kind.choices)
+            param.metavar = "[" + "|".join(str(n) for n in names) + "]"
+        else:
+            annotation = kind.annotation
+            if kind.is_list:
+                annotation = (getattr(annotation, "__args__", None) or (str,))[0]
+            param.metavar = _KIND_METAVARS.get(annotation, "VALUE")
+
+
+_KIND_METAVARS: dict[Any, str] = {int: "N", float: "NUMBER", Path: "PATH", str: "TEXT"}
+
+
+def cli() -> Any:
+    """The application as a click command, with plain help metavars."""
+    command = typer.main.get_command(app)
+    _plain_metavars(command)
+    return command
+
+
 def main() -> None:
     """Entry point of the ``specsim`` console script."""
-    app()
+    cli()(prog_name="specsim")

@@ -10,11 +10,17 @@ import typer
 ScenarioArg = Annotated[
     Path | None,
     typer.Argument(
-        help="Scenario YAML file; the embedded default scenario when omitted.", show_default=False
+        metavar="[SCENARIO.yaml]",
+        help="Scenario YAML file; the embedded default scenario when omitted.",
+        show_default=False,
     ),
 ]
 SetOpt = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Override a scenario key: --set workload.arrival.rate_per_s=8"),
+    typer.Option(
+        "--set",
+        metavar="KEY.PATH=VALUE",
+        help="Override a scenario key (repeatable): --set workload.arrival.rate_per_s=8",
+    ),
 ]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Output folder.")]
+OutOpt = Annotated[Path | None, typer.Option("--out", metavar="FOLDER", help="Output folder.")]

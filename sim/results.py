@@ -10,6 +10,7 @@ import pandas as pd
 
 from sim.output import write_json, write_table, write_yaml
 from sim.run import ScenarioResult
+from sim.vllm_bench import VLLM_BENCH_FILE, vllm_bench_result
 
 SUMMARY_FILE = "summary.json"
 REQUESTS_FILE = "requests.csv"
@@ -33,13 +34,23 @@ def steps_frame(result: ScenarioResult) -> pd.DataFrame:
     return frame
 
 
-def save_result(result: ScenarioResult, out_dir: Path, *, write_steps: bool = True) -> None:
-    """Write ``summary.json``, ``requests.csv``, ``steps.csv`` and the resolved scenario."""
+def save_result(
+    result: ScenarioResult,
+    out_dir: Path,
+    *,
+    write_steps: bool = True,
+    vllm_bench: dict[str, Any] | None = None,
+) -> None:
+    """Write ``summary.json``, ``requests.csv``, ``steps.csv``, the resolved scenario and
+    ``vllm_bench.json`` (the run in ``vllm bench serve --save-result``'s keys; computed from
+    the records unless given, as it must be when the step records were dropped)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(out_dir / SCENARIO_FILE, result.resolved_scenario)
     write_table(out_dir / REQUESTS_FILE, requests_frame(result))
     if write_steps:
         write_table(out_dir / STEPS_FILE, steps_frame(result))
+    bench = vllm_bench if vllm_bench is not None else vllm_bench_result(result)
+    write_json(out_dir / VLLM_BENCH_FILE, bench)
     write_json(out_dir / SUMMARY_FILE, result.summary)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +173,10 @@ class ScenarioResult:
     steps: dict[str, np.ndarray]
     resolved_scenario: dict[str, Any]
     memory: MemoryPlan
+    #: Inter-token gaps spanning more than one step, and when each ended (ITL's other samples).
+    irregular_itl: tuple[np.ndarray, np.ndarray] = field(
+        default_factory=lambda: (np.zeros(0), np.zeros(0))
+    )
 
 
 def build_simulation(
@@ -404,7 +408,7 @@ def execute(
             "activation_bytes_per_gpu": memory.activation_bytes,
         },
     }
-    return ScenarioResult(summary, requests, steps, resolved, memory)
+    return ScenarioResult(summary, requests, steps, resolved, memory, (irregular, irregular_at))
 
 
 def run_scenario(

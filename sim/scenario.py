@@ -20,6 +20,7 @@ from sim.catalogue import ModelSpec, gpu_names, model_names
 from sim.engine.presets import aliases, known_names, preset_names
 from sim.errors import ScenarioError
 from sim.fleet.config import FleetConfig
+from sim.model_names import resolve_model_name
 from sim.workload import WorkloadConfig
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -38,6 +39,22 @@ METHODS = (
 )
 SLO_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
 SLO_STATS = ("mean", "p50", "p90", "p99")
+
+
+def _catalogue_model(value: str | ModelSpec | None) -> str | ModelSpec | None:
+    """A model name resolved to its catalogue entry (Hugging Face ids accepted).
+
+    Raise ValueError naming the known models if a name resolves to nothing.
+    """
+    if not isinstance(value, str):
+        return value
+    resolved = resolve_model_name(value)
+    if resolved is None:
+        raise ValueError(
+            f"unknown model; known: {', '.join(model_names())} (or their Hugging Face ids, "
+            "e.g. meta-llama/Llama-3.1-8B-Instruct)"
+        )
+    return resolved
 
 
 class HardwareConfig(BaseModel):
@@ -151,9 +168,7 @@ class SpeculationConfig(BaseModel):
     @field_validator("draft_model")
     @classmethod
     def _known_draft(cls, value: str | ModelSpec | None) -> str | ModelSpec | None:
-        if isinstance(value, str) and value not in model_names():
-            raise ValueError(f"unknown model; known: {', '.join(model_names())}")
-        return value
+        return _catalogue_model(value)
 
 
 #: Per-request bounds ``vllm bench serve --goodput`` accepts (milliseconds).
@@ -170,7 +185,10 @@ class MeasurementConfig(BaseModel):
     last ``cooldown_fraction`` of requests (by arrival) and measures the requests that arrived
     between them, while arrivals still load the node: warm-up and drain are excluded.
     ``goodput`` bounds each request's TTFT, TPOT and end-to-end latency in ms, as
-    ``vllm bench serve --goodput ttft:500 tpot:50`` does.
+    ``vllm bench serve --goodput ttft:500 tpot:50`` does. ``percentile_metrics`` and
+    ``metric_percentiles`` choose the percentile block of the run folder's ``vllm_bench.json``,
+    as ``--percentile-metrics`` and ``--metric-percentiles`` do for the benchmark (its defaults:
+    ``ttft, tpot, itl`` and ``99``).
     """
 
     model_config = _STRICT
@@ -179,6 +197,18 @@ class MeasurementConfig(BaseModel):
     warmup_fraction: float | None = Field(default=None, ge=0, lt=0.5)
     cooldown_fraction: float | None = Field(default=None, ge=0, lt=0.5)
     goodput: dict[str, float] | None = None
+    percentile_metrics: list[Literal["ttft", "tpot", "itl", "e2el"]] = Field(
+        default=["ttft", "tpot", "itl"], min_length=1
+    )
+    metric_percentiles: list[float] = Field(default=[99.0], min_length=1)
+
+    @field_validator("metric_percentiles")
+    @classmethod
+    def _percentiles_inside(cls, value: list[float]) -> list[float]:
+        outside = [p for p in value if not 0 < p < 100]
+        if outside:
+            raise ValueError(f"each percentile must be in (0, 100); {outside[0]:g} is not")
+        return value
 
     @model_validator(mode="after")
     def _window_keys(self) -> MeasurementConfig:
@@ -229,9 +259,7 @@ class Scenario(BaseModel):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str | ModelSpec) -> str | ModelSpec:
-        if isinstance(value, str) and value not in model_names():
-            raise ValueError(f"unknown model; known: {', '.join(model_names())}")
-        return value
+        return _catalogue_model(value) or value
 
     @field_validator("slo")
     @classmethod

@@ -160,18 +160,16 @@ def timeline_section(runs: list[RunFolder]) -> Section | None:
             timelines[run.name] = steps_timeline(run.steps, run.num_blocks(), MAX_TIMELINE_POINTS)
     if not timelines:
         return None
-    table = pd.concat([t.assign(run=name) for name, t in timelines.items()], ignore_index=True)
     longest = max(len(run.steps) for run in runs if run.steps is not None)
     figure = timeline_figure(timelines)
     return Section(
         "KV cache and batch size over time",
         [
-            f"From steps.csv ({longest} steps in the longest run), averaged into at most "
-            f"{MAX_TIMELINE_POINTS} time bins: batch size and queue length are time averages "
-            "over each bin, KV blocks its maximum."
+            f"From steps.csv ({longest} steps in the longest run; every step is there), "
+            f"averaged into at most {MAX_TIMELINE_POINTS} time bins: batch size is the time "
+            "average over each bin, KV usage its maximum."
         ],
         [ReportFigure.from_figure("timeline", "KV cache usage and batch size over time", figure)],
-        [ReportTable("Time bins (first rows)", table.head(40))],
     )
 
 

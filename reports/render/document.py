@@ -27,13 +27,18 @@ FIGURE_DPI = 100
 MAX_TABLE_ROWS = 200
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto; padding: 0 1rem;
+body { font-family: system-ui, sans-serif; max-width: 84rem; margin: 2rem auto; padding: 0 1rem;
        color: #1b1b1b; line-height: 1.45; }
 h1, h2, h3 { line-height: 1.2; }
-table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1.5rem; }
+.table-wrap { max-width: 100%; overflow-x: auto; margin: 0.5rem 0 1.5rem; }
+table { border-collapse: collapse; font-size: 0.82rem; }
+caption { text-align: left; font-weight: 600; padding-bottom: 0.3rem; }
 th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: right; }
-th { background: #f2f2f2; }
+th { background: #f2f2f2; white-space: normal; overflow-wrap: break-word; min-width: 4rem;
+     max-width: 10rem; vertical-align: bottom; }
+td { white-space: nowrap; }
 td.text, th.text { text-align: left; }
+td.text { white-space: normal; overflow-wrap: break-word; min-width: 5rem; max-width: 32rem; }
 figure { margin: 1rem 0; }
 figure img { max-width: 100%; height: auto; }
 figcaption { font-size: 0.9rem; color: #444; }
@@ -92,14 +97,37 @@ class Report:
 
 
 def format_cell(value: object) -> str:
-    """A table cell: floats to four significant figures, missing values as a dash."""
+    """A table cell as a plain number a reader takes in at a glance, never in scientific
+    notation: thousands grouped and whole (16,710), tens with one decimal (45.3), smaller
+    values with three decimals (7.536, 0.075), tiny ones with the first two significant digits
+    (-0.0000012); missing values as a dash."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+        return plain_number(value)
     return str(value)
+
+
+def plain_number(value: float) -> str:
+    """``value`` as in :func:`format_cell`."""
+    size = abs(value)
+    if size >= 1000:
+        return f"{value:,.0f}"
+    if size >= 10:
+        return f"{value:.1f}"
+    if size >= 0.01 or value == 0:
+        return f"{value:.3f}"
+    digits = 1 - math.floor(math.log10(size))
+    return f"{value:.{digits}f}"
+
+
+def column_words(name: str) -> str:
+    """A table column's name as words with its unit (``ttft_p99_ms``: ``TTFT p99 (ms)``)."""
+    from reports.figures import metric_label
+
+    return metric_label(name)
 
 
 def _inline_html(text: str) -> str:
@@ -120,7 +148,7 @@ def table_html(table: ReportTable) -> str:
     shown = frame.head(MAX_TABLE_ROWS)
     kinds = ["" if _is_numeric(frame[c]) else ' class="text"' for c in frame.columns]
     head = "".join(
-        f"<th{kind}>{html.escape(str(c))}</th>"
+        f"<th{kind}>{html.escape(column_words(str(c)))}</th>"
         for c, kind in zip(frame.columns, kinds, strict=True)
     )
     rows = []
@@ -133,8 +161,8 @@ def table_html(table: ReportTable) -> str:
     more = len(frame) - len(shown)
     note = f'<p class="note">{more} more rows not shown.</p>' if more > 0 else ""
     return (
-        f"<table><caption>{_inline_html(table.caption)}</caption><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>{note}"
+        f'<div class="table-wrap"><table><caption>{_inline_html(table.caption)}</caption>'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}"
     )
 
 

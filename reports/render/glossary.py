@@ -73,6 +73,21 @@ Each latency is reported as `{mean, p50, p90, p99}`. Percentiles interpolate lin
 order statistics (`numpy.percentile`'s default, as the benchmark uses); ITL percentiles weight each
 step's duration by the number of sequences it served, exactly as if every gap were listed.
 
+## In `vllm bench serve`'s keys (`vllm_bench.json`)
+
+Every run folder also holds the run in the flat keys of a `vllm bench serve --save-result` file,
+over the same measured requests and window: `duration` is *D*, `completed` is \\|*M*\\|,
+`request_throughput`, `output_throughput` and `total_token_throughput` are the summary's,
+`request_goodput` is `request_goodput_req_s` (null without a goodput SLO), and for each metric of
+`measurement.percentile_metrics` (`ttft`, `tpot`, `itl`, `e2el`) and each `P` of
+`measurement.metric_percentiles` (default 99) `mean_/median_/std_/pP_<metric>_ms`, with `median` =
+`p50` and `std` the population standard deviation. `max_concurrent_requests` is the most measured
+requests in flight at once; `max_output_tokens_per_s` the most tokens emitted in one second of the
+window (tokens counted at their step's end). With speculation, `spec_decode_acceptance_length` is
+`mean_acceptance_length`, `spec_decode_acceptance_rate` is `100 · draft_acceptance_rate`, and
+`spec_decode_num_drafts`, `_draft_tokens`, `_accepted_tokens` are the sums over *M* of verify
+steps, drafted and accepted tokens.
+
 ## Steady window and goodput (`measurement:`)
 
 By default (`measurement.window: full`) the window is the one above, as `vllm bench serve`

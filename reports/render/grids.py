@@ -11,6 +11,7 @@ import pandas as pd
 
 from reports.figures import (
     load_curves_figure,
+    metric_label,
     slo_frontier_figure,
     speedup_figure,
     speedup_table,
@@ -26,7 +27,7 @@ from reports.render.common import (
     run_acceptance,
     tokens_per_step_section,
 )
-from reports.render.document import Report, ReportFigure, ReportTable, Section
+from reports.render.document import Report, ReportFigure, ReportTable, Section, format_cell
 from sim.errors import ScenarioError
 
 SWEEP_TABLE = "sweep.csv"
@@ -47,7 +48,7 @@ def _load_axis(frame: pd.DataFrame, axes: list[str]) -> tuple[str, str]:
                 return key, label
     for key in axes:
         if key != METHOD_KEY and pd.api.types.is_numeric_dtype(frame[key]):
-            return key, key
+            return key, metric_label(key.rsplit(".", 1)[-1])
     return "point_index", "grid point"
 
 
@@ -129,7 +130,8 @@ def sweep_report(folder: Path) -> Report:
     )
     if acceptance is not None:
         sections.append(acceptance)
-    sections.append(tokens_per_step_section(_mean_points(measured_points(runs))))
+    if any(run.method != "none" for run in runs):  # alpha and k mean nothing without drafts
+        sections.append(tokens_per_step_section(_mean_points(measured_points(runs))))
     sections.append(glossary_section())
     return Report(
         f"specsim sweep: {manifest.get('scenario', folder.name)}", "sweep", str(folder), sections
@@ -179,6 +181,41 @@ def _bounds(slo: list[str]) -> dict[str, float]:
     return bounds
 
 
+def per_seed_table(rows: list[dict[str, Any]], seeds: list[int]) -> pd.DataFrame:
+    """One row per method and seed from ``plan.json``: the seed's own highest rate and first
+    failing rate, and at the method's max rate the offered and served rates and every check
+    with its interval (``ttft_p99_ms_at_max`` and ``..._interval_at_max``)."""
+    out = []
+    for row in rows:
+        highs = row.get("per_seed_max_rate_per_s") or []
+        for index, seed in enumerate(seeds):
+
+            def at(key: str, i: int = index, r: dict[str, Any] = row) -> Any:
+                values = r.get(key)
+                return values[i] if isinstance(values, list) and i < len(values) else None
+
+            entry: dict[str, Any] = {
+                "method": row.get("method"),
+                "seed": seed,
+                "highest rate held (req/s)": highs[index] if index < len(highs) else None,
+                "first failing rate (req/s)": at("per_seed_fail_rate_per_s"),
+                "offered at max (req/s)": at("offered_rate_per_seed_req_s"),
+                "served at max (req/s)": at("served_rate_per_seed_req_s"),
+            }
+            for key in row:
+                if not key.endswith("_at_max") or key.endswith("interval_at_max"):
+                    continue
+                check = key.removesuffix("_at_max")
+                value, interval = at(key), at(f"{check}_interval_at_max")
+                if isinstance(value, int | float):
+                    text = format_cell(value)
+                    if isinstance(interval, list) and len(interval) == 2:
+                        text += f" [{format_cell(interval[0])}, {format_cell(interval[1])}]"
+                    entry[check.replace("_", " ")] = text
+            out.append(entry)
+    return pd.DataFrame(out)
+
+
 def plan_report(folder: Path) -> Report:
     """The report of a ``plan`` folder. Raise ScenarioError if ``plan.json`` is missing."""
     if not (folder / PLAN_JSON).is_file():
@@ -189,16 +226,11 @@ def plan_report(folder: Path) -> Report:
     probes = pd.read_csv(folder / PROBES_CSV) if (folder / PROBES_CSV).is_file() else pd.DataFrame()
     columns = [
         "method", "status", "max_rate_per_s", "interval_low_per_s", "interval_high_per_s",
-        "per_seed_max_rate_per_s", "served_rate_per_seed_req_s", "offered_rate_per_seed_req_s",
-        "stability_at_max", "bracket_low_per_s", "bracket_high_per_s", "num_runs",
-        "output_throughput_tok_s", "nodes_needed", "cost_per_million_output_tokens_usd",
+        "stability_at_max", "output_throughput_tok_s", "num_runs", "nodes_needed",
+        "cost_per_million_output_tokens_usd",
     ]  # fmt: skip
     table = pd.DataFrame(rows)
     table = table[[c for c in columns if c in table.columns]]
-    for column in table.columns:  # per-seed lists as "a / b / c"
-        table[column] = table[column].map(
-            lambda v: " / ".join(f"{x:.4g}" for x in v) if isinstance(v, list) else v
-        )
     winner = plan.get("winner")
     slo_text = ", ".join(f"`{term}`" for term in plan.get("slo", []))
     paragraphs = [
@@ -216,7 +248,14 @@ def plan_report(folder: Path) -> Report:
         *plan.get("notes", []),
     ]
     figures = []
-    tables = [ReportTable("Capacity per method (plan.csv)", table)]
+    tables = [
+        ReportTable("Capacity per method, with the stability verdict at the max rate", table),
+        ReportTable(
+            "Per seed: its highest rate that held, its first failing rate, and at the plan's max "
+            "rate the offered and served rates and each check (value, 90% interval)",
+            per_seed_table(rows, [int(s) for s in plan.get("seeds") or []]),
+        ),
+    ]
     if not probes.empty and bounds:
         figures.append(
             ReportFigure.from_figure(
@@ -239,11 +278,10 @@ def plan_report(folder: Path) -> Report:
             )
         )
         tables.append(ReportTable("Probes, mean over seeds (probes.csv)", means))
-    sections = [
-        Section("Capacity under the SLO", paragraphs, figures, tables),
-        tokens_per_step_section([]),
-        glossary_section(),
-    ]
+    sections = [Section("Capacity under the SLO", paragraphs, figures, tables)]
+    if any(str(row.get("method")) != "none" for row in rows):
+        sections.append(tokens_per_step_section([]))
+    sections.append(glossary_section())
     return Report(
         f"specsim plan: {plan.get('scenario', folder.name)}", "plan", str(folder), sections
     )

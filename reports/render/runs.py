@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from reports.figures import metric_label
 from reports.render.common import (
     RunFolder,
     acceptance_section,
@@ -67,7 +68,8 @@ def _common_sections(runs: list[RunFolder], sections: list[Section]) -> list[Sec
     )
     timeline = timeline_section(runs)
     sections.extend(s for s in (acceptance, timeline) if s is not None)
-    sections.append(tokens_per_step_section(measured_points(runs)))
+    if any(run.method != "none" for run in runs):  # alpha and k mean nothing without drafts
+        sections.append(tokens_per_step_section(measured_points(runs)))
     sections.append(glossary_section())
     return sections
 
@@ -76,7 +78,16 @@ def run_report(folder: Path) -> Report:
     """The report of one run folder. Raise ScenarioError if it is not one."""
     run = load_run(folder)
     headline = headline_table([run]).drop(columns="run")
-    metrics = pd.DataFrame({"metric": headline.columns, "value": headline.iloc[0].to_list()})
+    values = [
+        int(v) if isinstance(v, float) and key.startswith("num_") and v == v else v
+        for key, v in zip(headline.columns, headline.iloc[0].to_list(), strict=True)
+    ]
+    metrics = pd.DataFrame(
+        {
+            "metric": [metric_label(str(c)) for c in headline.columns],
+            "value": pd.Series(values, dtype=object),
+        }
+    )
     overview = Section(
         "Summary",
         [_describe(run)],
@@ -94,10 +105,12 @@ def compare_report(folder: Path) -> Report:
     if not path.is_file():
         raise ScenarioError(f"{folder}: no {COMPARISON_FILE}; not a compare folder")
     frame = pd.read_csv(path)
+    # Each arm's run folder: the ``folder`` column, or the method itself in older comparisons.
+    folders = frame["folder"] if "folder" in frame.columns else frame["method"]
     runs = [
-        load_run(folder / str(method), str(method))
-        for method, status in zip(frame["method"], frame["status"], strict=True)
-        if status == "ok" and (folder / str(method)).is_dir()
+        load_run(folder / str(sub), str(method))
+        for method, sub, status in zip(frame["method"], folders, frame["status"], strict=True)
+        if status == "ok" and (folder / str(sub)).is_dir()
     ]
     if not runs:
         raise ScenarioError(f"{folder}: no method's run folder is present")

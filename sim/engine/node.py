@@ -36,8 +36,13 @@ class ArrivalSchedule:
     client starts its next session when its session's last turn ends. Every request passes the
     front end's ingress queue (:mod:`sim.engine.frontend`) on its way to the engine; the times the
     node sees are engine arrivals, and ``client_at_s`` keeps when each client sent its request.
-    Raise ValueError if neither or both of ``arrival_at_s`` and ``concurrency`` are given, or if a
-    front end is given without ``prompt_tokens``.
+    Capped open loop (``vllm bench serve --request-rate R --max-concurrency N``): both
+    ``arrival_at_s`` and ``concurrency`` are given; request ``i`` is due at ``arrival_at_s[i]`` but
+    its client sends it only when fewer than ``concurrency`` requests are in flight, in request
+    order, so it is sent at ``max(arrival_at_s[i], the finish that frees a slot)``; as in the
+    benchmark, whose semaphore wraps the request, latencies count from the send.
+    Raise ValueError if neither of ``arrival_at_s`` and ``concurrency`` is given, if a capped open
+    loop has sessions, or if a front end is given without ``prompt_tokens``.
     """
 
     def __init__(
@@ -51,8 +56,8 @@ class ArrivalSchedule:
         frontend: FrontEnd | None = None,
         prompt_tokens: NDArray[np.integer] | None = None,
     ) -> None:
-        if (arrival_at_s is None) == (concurrency is None):
-            raise ValueError("give exactly one of arrival_at_s and concurrency")
+        if arrival_at_s is None and concurrency is None:
+            raise ValueError("give arrival_at_s, concurrency or both")
         self.num_requests = num_requests
         self.think_time_s = think_time_s
         self._turns = next_turn is not None and bool((next_turn >= 0).any())
@@ -65,8 +70,15 @@ class ArrivalSchedule:
             np.zeros(num_requests, dtype=np.int64) if prompt_tokens is None else prompt_tokens
         )
         self._server = FrontEndServer()
+        capped = arrival_at_s is not None and concurrency is not None
+        if capped and self._turns:
+            raise ValueError("a capped open loop (arrival_at_s with concurrency) has no sessions")
+        #: Capped open loop: when each request is due (its client may send it later).
+        self._due_at_s: FloatArray | None = (
+            np.asarray(arrival_at_s, dtype=np.float64) if capped else None
+        )
         # Sessions release turns on finishes, like a closed loop: every arrival goes by the heap.
-        self._open = arrival_at_s is not None and not self._turns
+        self._open = arrival_at_s is not None and not self._turns and not capped
         #: When each request's client sent it (NaN until sent).
         self.client_at_s: FloatArray = np.full(num_requests, np.nan)
         self._times: FloatArray = np.zeros(0)
@@ -93,7 +105,14 @@ class ArrivalSchedule:
         self._starts.reverse()  # popped from the end, in request order
         if concurrency is not None:
             for _ in range(min(concurrency, len(self._starts))):
-                self._issue(0.0, self._starts.pop())
+                request = self._starts.pop()
+                self._issue(self._due(request, 0.0), request)
+
+    def _due(self, request: int, free_at_s: float) -> float:
+        """When a client sends ``request`` given a slot free at ``free_at_s``."""
+        if self._due_at_s is None:
+            return free_at_s
+        return max(free_at_s, float(self._due_at_s[request]))
 
     def _issue(self, at_s: float, request: int) -> None:
         """The client sends ``request`` at ``at_s``; it reaches the engine after the ingress."""
@@ -153,7 +172,8 @@ class ArrivalSchedule:
             if follow >= 0:
                 self._issue(seen_at + self.turn_think_time_s, follow)
             elif self._starts:
-                self._issue(seen_at + self.think_time_s, self._starts.pop())
+                request = self._starts.pop()
+                self._issue(self._due(request, seen_at + self.think_time_s), request)
 
     def exhausted(self) -> bool:
         """True when every request has been released."""

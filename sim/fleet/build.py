@@ -170,6 +170,11 @@ def add_replicas(
 def open_loop_arrivals(groups: list[ReplicaGroup]) -> np.ndarray:
     """The workload's arrival times. Raise ScenarioError if the arrivals are closed-loop."""
     arrivals = groups[0].simulation.workload.arrival_at_s
+    if arrivals is not None and groups[0].simulation.workload.concurrency is not None:
+        raise ScenarioError(
+            "workload.arrival.max_concurrency: a fleet's router takes every arrival; a cap on "
+            "requests in flight is not supported behind a router"
+        )
     if arrivals is None:
         raise ScenarioError(
             "workload.arrival.process: a fleet needs open-loop arrivals (poisson, gamma or "

@@ -10,7 +10,7 @@ join as regime ``batch-1``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,8 +148,11 @@ def run_points(
     regimes: Iterable[str] | None = None,
     source_groups: Iterable[str] | None = None,
     point_ids: Iterable[str] | None = None,
+    on_point: Callable[[str, int, int], None] | None = None,
 ) -> list[ValidationResult]:
     """Predict the selected points (all shipped under-load points by default).
+
+    ``on_point(point_id, number_done, number_selected)`` is called after each point (progress).
 
     ``regimes`` (names of :data:`REGIMES`, or ``all`` / ``under-load``), ``source_groups`` and
     ``point_ids`` narrow the selection; ``batch-1`` adds the rows of ``sim/validate.py`` when the
@@ -169,11 +172,12 @@ def run_points(
     if "batch-1" in wanted and points is None and source_groups is None and point_ids is None:
         results.extend(batch1_results())
     runs = _Runs()
-    for point in chosen:
+    chosen = [point for point in chosen if regime_of(point) in wanted]
+    for number, point in enumerate(chosen, start=1):
         regime = regime_of(point)
-        if regime not in wanted:
-            continue
         predicted, reason = _predict(point, runs)
+        if on_point is not None:
+            on_point(point.point_id, number, len(chosen))
         results.append(
             ValidationResult(
                 point_id=point.point_id,

@@ -55,10 +55,12 @@ class Workload:
     """Every request of a run, in request order, with the processes that generated them.
 
     ``arrival_at_s`` is None for a closed loop: then ``concurrency`` clients each send their next
-    request ``think_time_s`` after their previous one finishes. With sessions it holds the first
-    turns' arrivals only (NaN for later turns): ``next_turn[i]`` is sent ``turn_think_time_s``
-    after request ``i`` finishes (-1: none). ``prefix_id``/``prefix_tokens``/``session_id`` say
-    what a request shares (see :mod:`sim.workload.sharing`). The arrays are read-only.
+    request ``think_time_s`` after their previous one finishes. With both set, open-loop arrivals
+    are capped at ``concurrency`` requests in flight (``arrival.max_concurrency``). With sessions
+    it holds the first turns' arrivals only (NaN for later turns): ``next_turn[i]`` is sent
+    ``turn_think_time_s`` after request ``i`` finishes (-1: none).
+    ``prefix_id``/``prefix_tokens``/``session_id`` say what a request shares (see
+    :mod:`sim.workload.sharing`). The arrays are read-only.
     """
 
     prompt_tokens: np.ndarray
@@ -208,7 +210,11 @@ def build_workload(config: WorkloadConfig, streams: RandomStreams, base_dir: Pat
         prompt_tokens=_read_only(prompt_tokens),
         output_tokens=_read_only(output_tokens),
         arrival_at_s=arrival_at_s,
-        concurrency=None if closed_loop is None else closed_loop.concurrency,
+        concurrency=(
+            getattr(config.arrival, "max_concurrency", None)
+            if closed_loop is None
+            else closed_loop.concurrency
+        ),
         think_time_s=0.0 if closed_loop is None else closed_loop.think_time_s,
         dataset=config.dataset,
         temperature=config.temperature,

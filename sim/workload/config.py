@@ -7,6 +7,9 @@ kept as written and resolved against the scenario file's folder when the workloa
 Arrival processes (``arrival.process``):
 
 - ``poisson``: exponential gaps with mean ``1 / rate_per_s``, never truncated.
+- ``max_concurrency`` (poisson and gamma): at most that many requests in flight; a request due
+  while the cap is reached is sent when one finishes (``vllm bench serve --max-concurrency``
+  with a finite ``--request-rate``); latencies count from the send, as the benchmark's do.
 - ``gamma``: gamma gaps with mean ``1 / rate_per_s`` and coefficient of variation ``cv`` (``cv = 1``
   is Poisson, ``cv > 1`` burstier, ``cv < 1`` smoother). ``vllm bench serve --burstiness b`` is
   ``cv = 1 / sqrt(b)``.
@@ -50,6 +53,7 @@ class PoissonArrivalConfig(BaseModel):
     model_config = _FROZEN_STRICT
     process: Literal["poisson"] = "poisson"
     rate_per_s: float = Field(default=4.0, gt=0)
+    max_concurrency: int | None = Field(default=None, ge=1)
 
 
 class GammaArrivalConfig(BaseModel):
@@ -59,6 +63,7 @@ class GammaArrivalConfig(BaseModel):
     process: Literal["gamma"]
     rate_per_s: float = Field(default=4.0, gt=0)
     cv: float = Field(default=1.0, gt=0)
+    max_concurrency: int | None = Field(default=None, ge=1)
 
 
 class ClosedLoopArrivalConfig(BaseModel):
@@ -221,6 +226,12 @@ class WorkloadConfig(BaseModel):
             raise ValueError(
                 "sessions: a trace replays recorded arrivals; sessions need arrival.process "
                 "poisson, gamma or closed_loop"
+            )
+        cap = getattr(arrival, "max_concurrency", None)
+        if cap is not None and self.sessions is not None:
+            raise ValueError(
+                "arrival.max_concurrency: a cap on requests in flight does not combine with "
+                "sessions; drop one of them"
             )
         if isinstance(arrival, ClosedLoopArrivalConfig) and arrival.concurrency > self.num_requests:
             raise ValueError(

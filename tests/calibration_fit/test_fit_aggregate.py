@@ -203,7 +203,7 @@ def test_the_command_records_its_full_command_line_and_prints_the_fit(tmp_path: 
     args = ["calibrate", str(path), "--out", str(out), "--gpu", GPU, "--model", MODEL, "--tp", "1"]
     ok = CliRunner().invoke(_cli(), args)
     assert ok.exit_code == 0, ok.output
-    assert "step_overhead_s" in ok.output and "tpot_mean" in ok.output
+    assert "step_overhead_s" in ok.output and "mean_tpot_ms" in ok.output
     profile = yaml.safe_load(out.read_text())
     command = profile["provenance"]["command"]
     assert command == f"specsim calibrate {path} --out {out} --gpu={GPU} --model={MODEL} --tp=1"

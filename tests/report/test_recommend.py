@@ -31,8 +31,9 @@ def test_low_load_chat_on_8b_recommends_speculation() -> None:
 
 def test_the_answer_follows_the_acceptance_data(monkeypatch: pytest.MonkeyPatch) -> None:
     # With every draft rejected, no method can pay: the runs, not a table, must say none.
-    def rejected(*args: object) -> tuple[dict[str, object], str]:
-        return {"acceptance": {"alpha": 0.0}}, "alpha 0 (test)"
+    def rejected(*args: object) -> tuple[dict[str, object], str, str]:
+        task = args[3]
+        return {"acceptance": {"alpha": 0.0}}, "alpha 0 (test)", task.datasets[0]  # type: ignore[attr-defined]
 
     monkeypatch.setattr(recommend, "find_acceptance", rejected)
     answer = recommend_configuration(
@@ -40,6 +41,19 @@ def test_the_answer_follows_the_acceptance_data(monkeypatch: pytest.MonkeyPatch)
     )
     assert answer.best.method == "none"
     assert all(o.mean_acceptance_length <= 1.0 + 1e-9 for o in answer.outcomes)
+
+
+def test_methods_are_ranked_on_one_dataset_or_the_answer_says_so() -> None:
+    # Chat tries ShareGPT then MT-Bench. EAGLE-3 and n-gram have ShareGPT traces, EAGLE only an
+    # MT-Bench profile: ShareGPT is the common dataset and EAGLE's rows say they are not on it.
+    answer = recommend_configuration(
+        Request("llama-3.1-8b", "h100-sxm", "chat", rate_per_s=1.0, **FAST)
+    )
+    assert "methods ranked on one dataset: sharegpt" in answer.notes
+    eagle = [n for n in answer.notes if n.startswith("acceptance for eagle k=")]
+    assert eagle and all("not like-for-like" in n for n in eagle)
+    same = [n for n in answer.notes if n.startswith("acceptance for eagle3 k=")]
+    assert same and not any("not like-for-like" in n for n in same)
 
 
 def test_bad_requests_are_refused() -> None:

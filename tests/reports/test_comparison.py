@@ -97,25 +97,58 @@ def test_compare_runs_every_method_on_identical_requests(
     assert drafted["none"] == 0 and any(v > 0 for m, v in drafted.items() if m != "none")
 
 
-def test_an_unsupported_method_is_a_row_not_a_crash(
-    cli: typer.Typer, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_an_arm_that_cannot_run_stops_compare_unless_skipped(
+    cli: typer.Typer, runner: CliRunner, tmp_path: Path
 ) -> None:
-    real = comparison.run_scenario
-
-    def refuse_mtp(scenario: Any, base_dir: Path, *args: Any, **kwargs: Any) -> Any:
-        if scenario.speculation.method == "mtp":
-            raise ScenarioError("speculation.method: 'mtp' needs MTP modules")
-        return real(scenario, base_dir, *args, **kwargs)
-
-    monkeypatch.setattr(comparison, "run_scenario", refuse_mtp)
+    # Llama-3.1-8B has no MTP modules: the arm cannot run, and that is said before any run.
     out = tmp_path / "cmp"
-    result = runner.invoke(cli, ["compare", "--methods", "none,mtp", "--out", str(out), *SMALL])
+    args = ["compare", "--methods", "none,mtp", "--out", str(out), *SMALL]
+    refused = runner.invoke(cli, args)
+    assert refused.exit_code == 2
+    assert "mtp:" in refused.output and "--skip-unsupported" in refused.output
+    assert not out.exists()
+    result = runner.invoke(cli, [*args, "--skip-unsupported"])
     assert result.exit_code == 0, result.output
     table = pd.read_csv(out / "comparison.csv").set_index("method")
     assert table.loc["mtp", "status"] == "unsupported"
-    assert "MTP modules" in str(table.loc["mtp", "reason"])
+    assert "MTP" in str(table.loc["mtp", "reason"]) or "mtp" in str(table.loc["mtp", "reason"])
     assert not (out / "mtp").exists()
     assert table.loc["none", "status"] == "ok"
+
+
+def test_each_arm_takes_its_own_settings(
+    cli: typer.Typer, runner: CliRunner, tmp_path: Path
+) -> None:
+    # The README's comparison: a draft model arm with its own draft and acceptance, and an
+    # EAGLE-3 arm at k = 2, side by side; neither setting leaks into another arm.
+    out = tmp_path / "arms"
+    methods = "none,eagle3:k=2,draft_model:model=meta-llama/Llama-3.2-1B-Instruct,alpha=0.7"
+    result = runner.invoke(cli, ["compare", "--methods", methods, "--out", str(out), *SMALL])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "comparison.csv").set_index("method")
+    assert list(table["status"]) == ["ok", "ok", "ok"]
+    draft_label = "draft_model:model=meta-llama/Llama-3.2-1B-Instruct,alpha=0.7"
+    resolved = (out / table.loc[draft_label, "folder"] / "scenario.resolved.yaml").read_text()
+    assert "draft_model: llama-3.2-1b" in resolved and "alpha: 0.7" in resolved
+    eagle = (out / "eagle3_k=2" / "scenario.resolved.yaml").read_text()
+    assert "num_speculative_tokens: 2" in eagle and "alpha" not in eagle
+
+
+def test_parse_arms_reads_settings_and_continuations() -> None:
+    arms, added = comparison.parse_arms("eagle3:k=3,draft_model:model=llama-3.2-1b,alpha=0.7")
+    assert added
+    assert [a.method for a in arms] == ["none", "eagle3", "draft_model"]
+    assert arms[2].settings == (("model", "llama-3.2-1b"), ("alpha", 0.7))
+    with pytest.raises(ScenarioError, match="before any method"):
+        comparison.parse_arms("k=3,eagle3")
+    with pytest.raises(ScenarioError, match="twice"):
+        comparison.parse_arms("eagle3:k=3,eagle3:k=3")
+    with pytest.raises(ScenarioError, match="KEY=VALUE"):
+        comparison.parse_arms("eagle3:")
+    # A source of acceptance given to an arm replaces the scenario's, refinements merge.
+    document = _document(acceptance={"profile": "eagle3/x/y"})
+    variant, _ = comparison.arm_document(document, arms[2])
+    assert variant["speculation"]["acceptance"] == {"alpha": 0.7}
 
 
 def test_compare_fails_with_exit_2_when_every_method_fails(

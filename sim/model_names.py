@@ -1,0 +1,89 @@
+"""Model names as users write them: catalogue names and Hugging Face model ids.
+
+Wherever a model is named (a scenario's ``model`` and ``speculation.draft_model``, ``recommend
+--model``, ``calibrate --model``), the catalogue name (``llama-3.1-8b``) and the Hugging Face id
+that ``vllm serve`` and ``vllm bench serve --model`` take (``meta-llama/Llama-3.1-8B-Instruct``)
+name the same entry. The simulator models an architecture, so a base model and its instruction-
+tuned variant share one entry. Ids are matched without regard to case, with or without the
+organisation (``Llama-3.1-8B-Instruct``) when that leaves one candidate.
+
+The ids are the models' repositories on huggingface.co; each catalogue entry's ``source`` says
+which config.json its shapes were read from.
+"""
+
+from __future__ import annotations
+
+from sim.catalogue import model_names
+
+#: Hugging Face ids per catalogue model; the first is the one written into result files.
+HF_MODEL_IDS: dict[str, tuple[str, ...]] = {
+    "llama-3.1-8b": (
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-3.1-8B",
+        "meta-llama/Meta-Llama-3.1-8B-Instruct",
+        "meta-llama/Meta-Llama-3.1-8B",
+    ),
+    "llama-3.1-70b": (
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "meta-llama/Llama-3.1-70B",
+        "meta-llama/Meta-Llama-3.1-70B-Instruct",
+        "meta-llama/Meta-Llama-3.1-70B",
+    ),
+    "llama-3.3-70b": ("meta-llama/Llama-3.3-70B-Instruct",),
+    "llama-3.2-1b": ("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B"),
+    "llama-2-7b": (
+        "meta-llama/Llama-2-7b-hf",
+        "meta-llama/Llama-2-7b-chat-hf",
+        "lmsys/vicuna-7b-v1.3",
+        "lmsys/vicuna-7b-v1.5",
+    ),
+    "llama-2-70b": ("meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-70b-chat-hf"),
+    "vicuna-13b": ("lmsys/vicuna-13b-v1.3",),
+    "qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B"),
+    "qwen2.5-0.5b": ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B"),
+    "qwen3-8b": ("Qwen/Qwen3-8B",),
+    "qwen3-32b": ("Qwen/Qwen3-32B",),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-v0.1"),
+    "tinyllama-1.1b": ("TinyLlama/TinyLlama-1.1B-Chat-v1.0",),
+    "codellama-34b": ("codellama/CodeLlama-34b-Instruct-hf", "codellama/CodeLlama-34b-hf"),
+    "mistral-nemo-12b": (
+        "mistralai/Mistral-Nemo-Instruct-2407",
+        "mistralai/Mistral-Nemo-Base-2407",
+    ),
+}
+
+
+def resolve_model_name(name: str) -> str | None:
+    """The catalogue name that ``name`` (a catalogue name or a Hugging Face id) denotes, or None.
+
+    A bare repository name (no organisation) resolves only when exactly one entry has it.
+    """
+    known = model_names()
+    wanted = name.strip().lower()
+    by_lower = {n.lower(): n for n in known}
+    if wanted in by_lower:
+        return by_lower[wanted]
+    bare_matches: set[str] = set()
+    for catalogue_name, ids in HF_MODEL_IDS.items():
+        if catalogue_name not in known:
+            continue
+        for model_id in ids:
+            if model_id.lower() == wanted:
+                return catalogue_name
+            if "/" not in wanted and model_id.lower().split("/", 1)[1] == wanted:
+                bare_matches.add(catalogue_name)
+    return bare_matches.pop() if len(bare_matches) == 1 else None
+
+
+def hf_model_id(name: str) -> str:
+    """The Hugging Face id of catalogue model ``name`` (``name`` itself when none is known)."""
+    ids = HF_MODEL_IDS.get(name)
+    return ids[0] if ids else name
+
+
+def unknown_model_message(name: str) -> str:
+    """The message for a model name that resolves to nothing."""
+    return (
+        f"unknown model {name!r}; known: {', '.join(model_names())} "
+        "(or their Hugging Face ids: see `specsim catalogue`)"
+    )
