@@ -18,11 +18,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.errors import CatalogueError
+from sim.precision import KV_FORMAT_BYTES, WEIGHT_FORMATS, kv_bytes_per_element, weight_format
 
 #: bf16 weights and KV cache: 2 bytes per element.
 BF16_BYTES = 2
-#: Bytes per element of each weight or KV-cache precision the cost model knows.
-PRECISION_BYTES = {"bf16": 2.0, "fp8": 1.0}
 
 
 @dataclass(frozen=True)
@@ -38,6 +37,24 @@ class GPU:
     interconnect_bus_bandwidth_bytes_per_s: float
     allreduce_latency_s: tuple[tuple[int, float], ...]
     source: tuple[str, ...]
+    int8_dense_flops: float | None = None
+    fp4_dense_flops: float | None = None
+    #: Effective per-GPU bandwidth and fixed latency of traffic between nodes (the NIC).
+    internode_bandwidth_bytes_per_s: float = 5.0e10
+    internode_latency_s: float = 2.0e-6
+
+    def dense_flops(self, dtype: str) -> float | None:
+        """Peak dense tensor throughput in ``dtype`` (bf16, fp8, int8, fp4); None if the GPU
+        has no tensor cores for it. Raise ValueError for another datatype."""
+        table = {
+            "bf16": self.bf16_dense_flops,
+            "fp8": self.fp8_dense_flops,
+            "int8": self.int8_dense_flops,
+            "fp4": self.fp4_dense_flops,
+        }
+        if dtype not in table:
+            raise ValueError(f"unknown tensor datatype {dtype!r}; known: {', '.join(table)}")
+        return table[dtype]
 
     def allreduce_latency_at(self, tp: int) -> float:
         """Small-message all-reduce latency at ``tp`` GPUs, interpolated linearly in log2(tp).
@@ -156,19 +173,15 @@ class Model:
 
     def with_precision(self, weights: str, kv_cache: str) -> Model:
         """This model with its linear layers stored in ``weights`` and its KV cache in
-        ``kv_cache``. Raise CatalogueError if either is not in :data:`PRECISION_BYTES`."""
-        for key, value in (("weights", weights), ("kv_cache", kv_cache)):
-            if value not in PRECISION_BYTES:
-                raise CatalogueError(
-                    f"precision.{key}: unknown precision {value!r}; known: "
-                    f"{', '.join(PRECISION_BYTES)}"
-                )
+        ``kv_cache`` (:mod:`sim.precision`). Raise CatalogueError if either is unknown."""
+        weight_format(weights)
+        kv_bytes_per_element(kv_cache)
         return replace(self, weight_precision=weights, kv_cache_precision=kv_cache)
 
     @property
     def weight_bytes_per_param(self) -> float:
         """Bytes per parameter of the decoder's linear layers."""
-        return PRECISION_BYTES[self.weight_precision]
+        return WEIGHT_FORMATS[self.weight_precision].bytes_per_weight
 
     @property
     def linear_weight_bytes_read(self) -> float:
@@ -254,7 +267,7 @@ class Model:
         """KV-cache bytes per token over all layers: 2 (K and V) · L · n_kv · d_h · bytes per
         element of the cache's precision."""
         s = self.spec
-        element = PRECISION_BYTES[self.kv_cache_precision]
+        element = KV_FORMAT_BYTES[self.kv_cache_precision]
         return float(2 * s.num_layers * s.num_kv_heads * s.head_dim * element)
 
     @property
@@ -271,6 +284,10 @@ def _load_yaml() -> dict[str, Any]:
     text = resources.files("sim").joinpath("data/catalogue.yaml").read_text(encoding="utf-8")
     data: dict[str, Any] = yaml.safe_load(text)
     return data
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 @cache
@@ -294,6 +311,10 @@ def _catalogue() -> tuple[dict[str, GPU], dict[str, Model]]:
                 sorted((int(k), float(v)) for k, v in entry["allreduce_latency_s"].items())
             ),
             source=tuple(entry["source"]),
+            int8_dense_flops=_optional_float(entry.get("int8_dense_flops")),
+            fp4_dense_flops=_optional_float(entry.get("fp4_dense_flops")),
+            internode_bandwidth_bytes_per_s=float(entry["internode_bandwidth_bytes_per_s"]),
+            internode_latency_s=float(entry["internode_latency_s"]),
         )
     models: dict[str, Model] = {}
     for name, entry in data["models"].items():

@@ -28,6 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import GPU, Model
 from sim.host_costs import HostCostModel, HostCosts
+from sim.precision import compute_dtype
 
 FloatArray = NDArray[np.float64]
 
@@ -80,6 +81,14 @@ def gemms_per_forward(model: Model) -> int:
     """GEMM kernels in one forward as serving engines fuse them: QKV, O, gate-up, down per layer,
     and the lm_head (MoE: gate-up and down per routed expert group count as one grouped GEMM)."""
     return 4 * model.spec.num_layers + 1
+
+
+def body_peak_flops(model: Model, gpu: GPU) -> float:
+    """Peak dense throughput of the decoder's GEMMs: the GPU's figure for the datatype the
+    model's weight format computes in. Raise CatalogueError if the GPU cannot run the format."""
+    peak = gpu.dense_flops(compute_dtype(model.weight_precision, gpu))
+    assert peak is not None  # compute_dtype returns only datatypes the GPU has
+    return peak
 
 
 @dataclass(frozen=True)
@@ -152,12 +161,9 @@ class StepCostModel:
         self.cpu_overlap = base.cpu_overlap if cpu_overlap is None else cpu_overlap
         self._bw = tp * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s
         self._flops = tp * efficiency.flops * gpu.bf16_dense_flops
-        # FP8 linear layers run at the GPU's FP8 tensor throughput (the lm_head stays bf16).
-        self._body_flops = self._flops
-        if model.weight_precision == "fp8":
-            if gpu.fp8_dense_flops is None:
-                raise ValueError(f"{gpu.name} has no FP8 tensor throughput in the catalogue")
-            self._body_flops = tp * efficiency.flops * gpu.fp8_dense_flops
+        # The decoder's GEMMs run at their weight format's tensor throughput (sim/precision.py;
+        # the lm_head stays bf16).
+        self._body_flops = tp * efficiency.flops * body_peak_flops(model, gpu)
         spec = model.spec
         self._kv_bw = (
             min(tp, spec.num_kv_heads) * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s

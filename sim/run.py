@@ -32,9 +32,10 @@ from sim.engine.presets import SETTINGS, EnginePreset, get_preset
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
-from sim.errors import ScenarioError
+from sim.errors import CatalogueError, ScenarioError
 from sim.host_costs import HostProfile, load_host_profile
 from sim.metrics import summarize
+from sim.precision import compute_dtype
 from sim.profiles import EngineProfile, load_engine_profile
 from sim.random_streams import RandomStreams
 from sim.scenario import Scenario
@@ -192,10 +193,10 @@ def build_simulation(
     engine = resolve_engine(scenario, base_dir)
     gpu = get_gpu(scenario.hardware.gpu)
     precision = scenario.precision
-    if precision.weights == "fp8" and gpu.fp8_dense_flops is None:
-        raise ScenarioError(
-            f"precision.weights: {gpu.name} has no FP8 tensor cores; use bf16 on this GPU"
-        )
+    try:
+        compute_dtype(precision.weights, gpu)
+    except CatalogueError as exc:
+        raise ScenarioError(str(exc)) from None
     model = get_model(scenario.model).with_precision(precision.weights, precision.kv_cache)
     tp = scenario.hardware.num_gpus
     if model.spec.num_heads % tp != 0:

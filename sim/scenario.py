@@ -61,10 +61,12 @@ class PrecisionConfig(BaseModel):
     ``fp8`` weights: an FP8 checkpoint (vLLM ``--quantization fp8`` or an FP8 model): half the
     bytes per step and the GPU's FP8 tensor throughput for the decoder's GEMMs; ``fp8`` KV cache
     (vLLM ``--kv-cache-dtype fp8``): half the KV bytes read and twice the tokens per block pool.
+    ``int8`` (W8A8), ``int4-awq``/``int4-gptq`` (weight-only), ``mxfp4``, ``nvfp4``: their bytes
+    per weight and tensor datatype are in :mod:`sim.precision`.
     """
 
     model_config = _STRICT
-    weights: Literal["bf16", "fp8"] = "bf16"
+    weights: Literal["bf16", "fp8", "int8", "int4-awq", "int4-gptq", "mxfp4", "nvfp4"] = "bf16"
     kv_cache: Literal["bf16", "fp8"] = "bf16"
 
 
