@@ -102,6 +102,7 @@ class KernelCosts:
     def __init__(self, model: Model, gpu: GPU, tp: int, bf16: Efficiency) -> None:
         spec = model.spec
         self.num_layers = spec.num_layers
+        self.num_moe_layers = model.num_moe_layers
         self.hidden_size = spec.hidden_size
         # All-reduce: the custom all-reduce's tables in and out of CUDA graphs.
         self._graph_ar: AllReduceTable | None = None
@@ -114,8 +115,13 @@ class KernelCosts:
         self._heads = max(1, spec.num_heads // tp)
         self._head_dim = spec.head_dim
         kv_dtype = model.kv_cache_precision
-        self._decode: DecodeAttention | None = _optional(decode_attention, gpu.name, kv_dtype)
-        self._prefill: PrefillAttention | None = _optional(prefill_attention, gpu.name, kv_dtype)
+        self._decode: DecodeAttention | None = None
+        self._prefill: PrefillAttention | None = None
+        # The measured kernels are FlashAttention's on full-context GQA layers; MLA and
+        # sliding-window layers keep the formula (sim/architecture.py).
+        if spec.attention == "gqa" and spec.sliding_window is None:
+            self._decode = _optional(decode_attention, gpu.name, kv_dtype)
+            self._prefill = _optional(prefill_attention, gpu.name, kv_dtype)
         # Linear layers: FP8 decoder GEMMs and MoE experts from their own fits.
         head = float(spec.vocab_size * spec.hidden_size)
         moe = spec.num_experts > 1
@@ -127,7 +133,7 @@ class KernelCosts:
                 gpu.name,
                 dtype,
                 hidden_size=spec.hidden_size,
-                inter_size=spec.intermediate_size,
+                inter_size=model.expert_params_per_layer // (3 * spec.hidden_size),
                 num_experts=spec.num_experts,
                 topk=spec.experts_per_token,
                 tp=tp,
@@ -202,5 +208,5 @@ class KernelCosts:
         body, head = self._linear
         out = body.time_s(n, np.zeros_like(n)) + head.time_s(np.zeros_like(n), n_logits)
         if self._moe is not None:
-            out = out + self.num_layers * self._moe.time_s(n)
+            out = out + self.num_moe_layers * self._moe.time_s(n)
         return np.asarray(out, dtype=np.float64)

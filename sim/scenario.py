@@ -41,11 +41,17 @@ SLO_STATS = ("mean", "p50", "p90", "p99")
 
 
 class HardwareConfig(BaseModel):
-    """The node: which GPU, and how many (the tensor-parallel degree)."""
+    """The deployment: which GPU, how many per node (the tensor-parallel degree by default),
+    and, for large MoE models, how many nodes and how they are split (sim/parallel.py):
+    ``tensor_parallel`` GPUs per attention group (within a node), the rest of the GPUs as
+    data-parallel attention groups, and ``expert_parallel`` ranks for the MoE layers."""
 
     model_config = _STRICT
     gpu: str = "h100-sxm"
     num_gpus: int = Field(default=1, ge=1, le=8)
+    num_nodes: int = Field(default=1, ge=1, le=16)
+    tensor_parallel: int | None = Field(default=None, ge=1, le=8)
+    expert_parallel: int = Field(default=1, ge=1, le=128)
 
     @field_validator("gpu")
     @classmethod
