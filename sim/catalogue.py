@@ -127,6 +127,8 @@ class ModelSpec(BaseModel):
     sliding_window: int | None = Field(default=None, gt=0)
     num_sliding_window_layers: int = Field(default=0, ge=0)
     attention_sinks: bool = False
+    #: FP8 checkpoints scaled per square block of this size (config.json ``weight_block_size``).
+    fp8_weight_block_size: int | None = Field(default=None, gt=0)
     #: The Hugging Face repository id the architecture comes from (name resolution).
     hf_id: str | None = None
     name: str = "inline"

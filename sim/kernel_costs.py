@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import BF16_BYTES, GPU, Model
-from sim.cost_model import Efficiency, smooth_max
+from sim.cost_model import Efficiency, body_peak_flops, smooth_max
 from sim.errors import CatalogueError
 from sim.kernels import (
     AllReduceTable,
@@ -41,9 +41,9 @@ from sim.kernels import (
     decode_attention,
     gemm_efficiency,
     has_collectives,
-    moe_layer,
     prefill_attention,
 )
+from sim.moe import grouped_gemm_layer
 
 FloatArray = NDArray[np.float64]
 
@@ -126,24 +126,16 @@ class KernelCosts:
         head = float(spec.vocab_size * spec.hidden_size)
         moe = spec.num_experts > 1
         dtype = model.weight_precision
-        self._moe: MoeLayer | None = None
-        if moe:
-            self._moe = _optional(
-                moe_layer,
-                gpu.name,
-                dtype,
-                hidden_size=spec.hidden_size,
-                inter_size=model.expert_params_per_layer // (3 * spec.hidden_size),
-                num_experts=spec.num_experts,
-                topk=spec.experts_per_token,
-                tp=tp,
-            )
+        # Experts: the fused-MoE fit of the weights' datatype (sim/moe.py).
+        self._moe: MoeLayer | None = grouped_gemm_layer(model, gpu, tp) if moe else None
         body_eff = bf16 if dtype == "bf16" else _optional(gemm_efficiency, gpu.name, dtype)
+        if body_eff is None and self._moe is not None:
+            # No GEMM fit for this format here: the shipped dense fit at the format's own peak.
+            body_eff = bf16
         self._linear: tuple[_Linear, ...] | None = None
         if body_eff is not None and (self._moe is not None or dtype != "bf16"):
             body = float(model.dense_linear_params) - head
-            peak = gpu.bf16_dense_flops if dtype == "bf16" else gpu.fp8_dense_flops
-            assert peak is not None  # gemm_efficiency exists only where the GPU has the dtype
+            peak = body_peak_flops(model, gpu)
             # Without experts the decoder has QKV, O, gate-up and down per layer; with them the
             # dense part has QKV and O (the experts are the fused-MoE kernel's).
             per_layer = 2 if moe else 4

@@ -6,8 +6,8 @@ ONE GPU does with its share, every rank doing the same (balanced DP groups):
 * dense layers (attention projections, dense MLPs, routers, shared experts) and the lm_head:
   the roofline ``smooth_max(bytes/tp/(η·BW), 2·P·(N/dp)/tp/(η·F))`` on the group's ``N/dp``
   tokens (COST_MODEL.md linear term);
-* MoE layers: the fused-MoE kernel fit where the GPU has one (:func:`sim.kernels.moe_layer` with
-  ``tp = W/ep`` and ``ep``), else the same roofline over the ``D/ep`` local distinct experts,
+* MoE layers: a measured fused-MoE fit (:mod:`sim.moe`, ``tp = W/ep`` and ``ep``), else the
+  same roofline over the ``D/ep`` local distinct experts,
   ``D = E·(1 − (1 − k/E)^N)`` (every token picks ``k`` of ``E`` experts; an expert is missed by
   all ``N`` tokens with probability ``(1 − k/E)^N`` under uniform routing) and the ``N·k/ep``
   local token slots;
@@ -28,8 +28,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import BF16_BYTES, GPU, Model
 from sim.cost_model import Efficiency, body_peak_flops, smooth_max
-from sim.errors import CatalogueError
-from sim.kernels import MoeLayer, experts_touched, moe_layer
+from sim.kernels import experts_touched
+from sim.moe import grouped_gemm_layer
 from sim.parallel import (
     COMBINE_BYTES_PER_ELEMENT,
     DISPATCH_BYTES_PER_ELEMENT,
@@ -37,23 +37,6 @@ from sim.parallel import (
 )
 
 FloatArray = NDArray[np.float64]
-
-
-def _measured_moe(model: Model, gpu: GPU, layout: Layout) -> MoeLayer | None:
-    spec = model.spec
-    try:
-        return moe_layer(
-            gpu.name,
-            model.weight_precision,
-            hidden_size=spec.hidden_size,
-            inter_size=model.expert_params_per_layer // (3 * spec.hidden_size),
-            num_experts=spec.num_experts,
-            topk=spec.experts_per_token,
-            tp=layout.moe_tp,
-            ep=layout.ep,
-        )
-    except (CatalogueError, KeyError):
-        return None
 
 
 class ParallelStepCost:
@@ -78,7 +61,7 @@ class ParallelStepCost:
         )
         # MoE layers, per GPU.
         self._moe_layers = model.num_moe_layers
-        self._measured = _measured_moe(model, gpu, layout) if self._moe_layers else None
+        self._measured = grouped_gemm_layer(model, gpu, layout.moe_tp, layout.ep)
         expert = float(model.expert_params_per_layer)
         self._expert_weight_s = expert * model.weight_bytes_per_param / layout.moe_tp / bw
         self._expert_flop_s = (
