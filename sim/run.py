@@ -33,6 +33,7 @@ from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
 from sim.errors import CatalogueError, ScenarioError
+from sim.hf_config import resolve_model
 from sim.host_costs import HostProfile, load_host_profile
 from sim.metrics import summarize
 from sim.parallel import Layout, window_kv_reserve_bytes
@@ -198,7 +199,9 @@ def build_simulation(
         compute_dtype(precision.weights, gpu)
     except CatalogueError as exc:
         raise ScenarioError(str(exc)) from None
-    model = get_model(scenario.model).with_precision(precision.weights, precision.kv_cache)
+    model = get_model(resolve_model(scenario.model, base_dir)).with_precision(
+        precision.weights, precision.kv_cache
+    )
     hw = scenario.hardware
     layout = Layout(hw.num_gpus, hw.num_nodes, hw.tensor_parallel, hw.expert_parallel)
     if hw.num_nodes == 1 and hw.tensor_parallel is None and model.spec.num_heads % hw.num_gpus:

@@ -237,8 +237,12 @@ class Scenario(BaseModel):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str | ModelSpec) -> str | ModelSpec:
-        if isinstance(value, str) and value not in model_names():
-            raise ValueError(f"unknown model; known: {', '.join(model_names())}")
+        # A path ending in .json is a Hugging Face config.json, read when the run is built.
+        if isinstance(value, str) and value not in model_names() and not value.endswith(".json"):
+            raise ValueError(
+                f"unknown model; known: {', '.join(model_names())}; or give the path of a "
+                "Hugging Face config.json"
+            )
         return value
 
     @field_validator("slo")
