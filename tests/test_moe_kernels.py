@@ -12,9 +12,24 @@ from sim.moe import grouped_gemm_layer, moe_kernel_dtype
 
 
 def test_block_scaled_fp8_checkpoints_use_the_block_kernel() -> None:
-    assert moe_kernel_dtype(get_model("deepseek-v3").with_precision("fp8", "bf16")) == "fp8_block"
-    assert moe_kernel_dtype(get_model("llama-4-scout").with_precision("fp8", "bf16")) == "fp8"
-    assert moe_kernel_dtype(get_model("gpt-oss-120b").with_precision("mxfp4", "bf16")) is None
+    h100, b200 = get_gpu("h100-sxm"), get_gpu("b200")
+    deepseek = get_model("deepseek-v3").with_precision("fp8", "bf16")
+    assert moe_kernel_dtype(deepseek, h100) == "fp8_block"
+    assert moe_kernel_dtype(get_model("llama-4-scout").with_precision("fp8", "bf16"), h100) == "fp8"
+    gpt_oss = get_model("gpt-oss-120b").with_precision("mxfp4", "bf16")
+    # Weight-only on Hopper (the bf16 kernel), native FP4 on Blackwell (no measured kernel).
+    assert moe_kernel_dtype(gpt_oss, h100) == "bf16"
+    assert moe_kernel_dtype(gpt_oss, b200) is None
+
+
+def test_weight_only_experts_stream_their_own_bytes_through_the_bf16_kernel() -> None:
+    bf16 = get_model("gpt-oss-120b")
+    mx = bf16.with_precision("mxfp4", "bf16")
+    wide = grouped_gemm_layer(bf16, get_gpu("h100-sxm"))
+    narrow = grouped_gemm_layer(mx, get_gpu("h100-sxm"))
+    assert wide is not None and narrow is not None
+    assert narrow.weight_s_per_expert / wide.weight_s_per_expert == pytest.approx(4.25 / 16)
+    assert narrow.flop_s_per_token == wide.flop_s_per_token
 
 
 def test_a_gpu_with_its_own_fit_uses_it() -> None:
