@@ -26,6 +26,6 @@ def test_gpt_oss_eagle3_at_temperature_zero_reaches_the_published_mean_length() 
 
 def test_a_pair_with_nothing_published_says_so() -> None:
     with pytest.raises(
-        ScenarioError, match="GLM-4.5 ships one MTP layer .* no per-position acceptance"
+        ScenarioError, match=r"GLM-4\.5 ships one MTP layer .* no per-position acceptance"
     ):
         build_acceptance_model(None, "mtp", "glm-4.5", "sharegpt", 0.0, Path.cwd())
