@@ -35,6 +35,8 @@ METHODS = (
     "eagle3",
     "mtp",
     "lookahead",
+    "suffix",
+    "p_eagle",
 )
 SLO_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
 SLO_STATS = ("mean", "p50", "p90", "p99")
@@ -146,7 +148,17 @@ class SpeculationConfig(BaseModel):
 
     model_config = _STRICT
     method: Literal[
-        "none", "draft_model", "ngram", "medusa", "eagle", "eagle2", "eagle3", "mtp", "lookahead"
+        "none",
+        "draft_model",
+        "ngram",
+        "medusa",
+        "eagle",
+        "eagle2",
+        "eagle3",
+        "mtp",
+        "lookahead",
+        "suffix",
+        "p_eagle",
     ] = "none"
     num_speculative_tokens: int = Field(default=3, ge=1, le=32)
     draft_model: str | ModelSpec | None = None

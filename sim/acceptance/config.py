@@ -112,7 +112,9 @@ def _build(
     config: AcceptanceConfig, method: str, base_dir: Path, temperature: float, data_dir: Path
 ) -> AcceptanceModel:
     match_rate = config.ngram_match_rate
-    chain_match = match_rate if (method == "ngram" and match_rate is not None) else 1.0
+    # Suffix decoding, like n-gram lookup, proposes nothing where the lookup finds no match.
+    lookup = method in ("ngram", "suffix")
+    chain_match = match_rate if (lookup and match_rate is not None) else 1.0
     if config.alpha is not None:
         return ConstantAlphaModel(config.alpha, match_rate=chain_match)
     if config.per_position is not None:
