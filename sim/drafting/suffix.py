@@ -13,11 +13,8 @@ no absolute timing of the lookup was found).
 
 from __future__ import annotations
 
-from sim.acceptance.plan import Proposal
 from sim.drafting.base import BuildContext
-from sim.drafting.ngram import NgramStrategy
-from sim.drafting.overheads import load_draft_overheads
-from sim.errors import ScenarioError
+from sim.drafting.ngram import NgramStrategy, build_lookup
 
 
 class SuffixStrategy(NgramStrategy):
@@ -31,11 +28,5 @@ def build_suffix(ctx: BuildContext) -> SuffixStrategy:
 
     Raise ScenarioError if a tree is given (the lookup proposes one continuation here).
     """
-    spec = ctx.scenario.speculation
-    if spec.tree is not None:
-        raise ScenarioError("speculation.tree: suffix decoding proposes a chain; remove tree")
-    return SuffixStrategy(
-        Proposal.chain(spec.num_speculative_tokens),
-        ctx.acceptance(),
-        load_draft_overheads(ctx.engine_preset, "suffix"),
-    )
+    strategy: SuffixStrategy = build_lookup(ctx, SuffixStrategy, "suffix decoding")
+    return strategy
