@@ -12,7 +12,7 @@ does not predict what no real engine can run. Sources, per engine:
 * SGLang: ``--speculative-algorithm`` EAGLE (EAGLE-2: dynamic tree, or a chain with topk 1),
   EAGLE3, MTP (NextN, on the EAGLE machinery), STANDALONE (draft model) and NGRAM
   (docs.sglang.io, advanced_features/speculative_decoding); no Medusa.
-* Lookahead decoding (Fu et al. 2024) is in neither engine.
+* Lookahead decoding (Fu et al. 2024) is in neither engine; TensorRT-LLM runs it (below).
 * Suffix decoding (``suffix``) and parallel drafting (``p_eagle``) are vLLM V1's only; SGLang
   announced suffix decoding as coming (Snowflake engineering blog, 2026).
 """
@@ -92,6 +92,21 @@ SUPPORT: dict[str, dict[str, dict[str, str]]] = {
         "suffix": {"chain": "supported"},
         # P-EAGLE: method eagle3 with "parallel_drafting": true, vLLM 0.16+ (PR #32887).
         "p_eagle": {"chain": "supported"},
+    },
+    # TensorRT-LLM 1.0: the PyTorch backend drafts chains with draft models, EAGLE-3, n-gram
+    # and MTP (docs features/speculative-decoding: "a single sequence of draft tokens"); the
+    # TensorRT engine backend runs Medusa trees (medusa_choices), EAGLE-1/2 trees and lookahead
+    # (docs advanced/speculative-decoding, 0.18).
+    "trtllm": {
+        "none": {"chain": "supported"},
+        "draft_model": {"chain": "supported"},
+        "ngram": {"chain": "supported"},
+        "medusa": {"chain": "supported", "static_tree": "supported"},
+        "eagle": {"static_tree": "supported"},
+        "eagle2": {"dynamic_tree": "supported"},
+        "eagle3": {"chain": "supported"},
+        "mtp": {"chain": "supported"},
+        "lookahead": {"chain": "supported"},
     },
     "sglang": {
         "none": {"chain": "supported"},
