@@ -167,14 +167,17 @@ def _later_gpus(
         "mi300x": entry(bw, bw_ci, mi_ratio, cdna, [FIT_SOURCE, MAMF_SOURCE]),
         "mi325x": entry(bw, bw_ci, mi_ratio, cdna, [FIT_SOURCE, MAMF_SOURCE]),
         "mi355x": entry(bw, bw_ci, mi_ratio, cdna, [FIT_SOURCE, MAMF_SOURCE]),
-        "l40s": entry(
-            bw,
-            bw_ci,
-            1.0,
-            f"all four fields carried over from h100-sxm (no L40S profile or MAMF figure); "
-            f"{CARRIED}",
-            [FIT_SOURCE],
-        ),
+        **{
+            gpu: entry(
+                bw,
+                bw_ci,
+                1.0,
+                f"all four fields carried over from h100-sxm (no {label} profile or MAMF "
+                f"figure); {CARRIED}",
+                [FIT_SOURCE],
+            )
+            for gpu, label in (("l40s", "L40S"), ("rtx-4090", "RTX 4090"))
+        },
     }
 
 

@@ -18,6 +18,11 @@ Bits per weight, with their sources:
   scale per tensor (NVIDIA, "Introducing NVFP4 for efficient and accurate low-precision
   inference", 2025).
 
+* ``q8_0``, ``q4_0`` (llama.cpp GGUF): blocks of 32 weights with one fp16 scale, 8 + 16/32 = 8.5
+  and 4 + 16/32 = 4.5 bits (ggml ``block_q8_0``/``block_q4_0``); llama.cpp quantises the
+  activations to 8 bits and multiplies with int8 dot products (CUDA MMQ/MMVQ kernels,
+  ggml-org/llama.cpp PR #7860), dequantising to bf16 where the GPU has no int8 path.
+
 GPUs without FP4 tensor cores run ``mxfp4`` weight-only (bf16 activations), as vLLM does for
 gpt-oss on Hopper and Ampere (vLLM gpt-oss recipe: Marlin/Triton MXFP4 kernels); ``nvfp4`` has no
 such path here and needs FP4 tensor cores (Blackwell). KV cache: ``bf16`` or ``fp8``.
@@ -61,6 +66,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         WeightFormat("int4-gptq", 4.0 + 16.0 / 128 + 4.0 / 128, "bf16", None),
         WeightFormat("mxfp4", 4.0 + 8.0 / 32, "fp4", "bf16"),
         WeightFormat("nvfp4", 4.0 + 8.0 / 16, "fp4", None),
+        WeightFormat("q8_0", 8.0 + 16.0 / 32, "int8", "bf16"),
+        WeightFormat("q4_0", 4.0 + 16.0 / 32, "int8", "bf16"),
     )
 }
 

@@ -35,6 +35,9 @@ BASE = get_model("llama-3.1-70b")
         ("mxfp4", 4.25),
         # NVFP4: 16 FP4 elements share one FP8 E4M3 scale.
         ("nvfp4", 4.5),
+        # GGUF: 32 weights share one fp16 scale.
+        ("q8_0", 8.5),
+        ("q4_0", 4.5),
     ],
 )
 def test_bits_per_weight_follow_the_block_layouts(name: str, bits: float) -> None:

@@ -108,6 +108,12 @@ SUPPORT: dict[str, dict[str, dict[str, str]]] = {
         "mtp": {"chain": "supported"},
         "lookahead": {"chain": "supported"},
     },
+    # llama.cpp: llama-server drafts with a second, smaller model (--model-draft,
+    # examples/speculative and the server's speculative decoding), a chain.
+    "llamacpp": {
+        "none": {"chain": "supported"},
+        "draft_model": {"chain": "supported"},
+    },
     "sglang": {
         "none": {"chain": "supported"},
         "draft_model": {"chain": "supported"},
