@@ -53,6 +53,8 @@ SHARED_FORM_TOLERANCE = 0.03
 #: context at ~1 ns per token plus ~10 µs of per-sequence Python/numba dispatch.
 NGRAM_CPU_PER_SEQ_S = 1.0e-5
 NGRAM_CPU_PER_CONTEXT_TOKEN_S = 1.0e-9
+#: Suffix decoding's tree walk and update per sequence (ASSUMPTION, see its source text).
+SUFFIX_CPU_PER_SEQ_S = 2.0e-5
 #: Lookahead's n-gram pool update per sequence (ASSUMPTION, same order as the n-gram lookup).
 LOOKAHEAD_CPU_PER_SEQ_S = 1.0e-5
 
@@ -200,6 +202,14 @@ def document(shared: FitResult, specific: FitResult, points: list[FitPoint]) -> 
             "per_step_s": 0.0,
             "cpu_per_seq_s": LOOKAHEAD_CPU_PER_SEQ_S,
             "source": "ASSUMPTION: n-gram pool update per sequence, order of the n-gram lookup",
+        },
+        "suffix": {
+            "per_step_s": 0.0,
+            "cpu_per_seq_s": SUFFIX_CPU_PER_SEQ_S,
+            "cpu_per_context_token_s": 0.0,
+            "source": "ASSUMPTION: one suffix-tree walk and update per sequence in Arctic "
+            "Inference's C++ extension, ~20 us; no absolute timing published (Snowflake's blog "
+            "gives only relative speed-ups of the lookup)",
         },
     }
     sglang = {

@@ -44,6 +44,8 @@ CARRIED = {
     "vllm-v0": "vllm-v1",
     "sglang-0.4": "vllm-v1",
     "sglang-0.5": "vllm-v1",
+    "trtllm-1.0": "vllm-v1",
+    "llamacpp": "vllm-v1",
 }
 #: Requests per replayed row; the first WARMUP are not measured (the run starts empty).
 NUM_REQUESTS = 300

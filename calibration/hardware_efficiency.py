@@ -27,7 +27,12 @@ FIELDS = tuple(ROUND_DECIMALS)
 
 #: Measured fractions of peak used to carry the H100 fit to other GPUs (hardware reference):
 #: best-shape bf16 matmul (MAMF, ml-engineering table) over dense peak, and gpt-fast's A100 decode.
-MAMF_FRACTION = {"h100-sxm": 794.5 / 989.0, "a100-80gb": 271.2 / 312.0, "b200": 1745.0 / 2250.0}
+MAMF_FRACTION = {
+    "h100-sxm": 794.5 / 989.0,
+    "a100-80gb": 271.2 / 312.0,
+    "b200": 1745.0 / 2250.0,
+    "mi300x": 781.9 / 1300.0,
+}
 A100_BW_FRACTION, A100_PEAK_BW_FRACTION = 1397.31 / 2039.0, 1700.0 / 2039.0
 FIT_SOURCE = (
     "Fitted by calibration/operator_fit.py to LLMServingSim H100 per-operator latencies, "
@@ -132,6 +137,47 @@ def efficiency_entries(
             f"{SHAPE_CARRIED}; {CARRIED}",
             [FIT_SOURCE, MAMF_SOURCE],
         ),
+        **_later_gpus(entry, bw, bw_ci, b200_ratio, b200_text, mamf("mi300x", "781.9/1300")),
+    }
+
+
+def _later_gpus(
+    entry: Any,
+    bw: float,
+    bw_ci: tuple[float, float],
+    b200_ratio: float,
+    b200_text: str,
+    mi300x: tuple[float, str],
+) -> dict[str, dict[str, Any]]:
+    """GB200, B300, the AMD Instinct parts and the L40S: none has an operator profile, so each
+    carries the fit over from its closest measured relative, by the rule and source stated."""
+    mi_ratio, mi_text = mi300x
+    blackwell = (
+        f"carried over from b200 (same Blackwell tensor cores; no profile of this GPU): "
+        f"bandwidth from h100-sxm, {b200_text}; {SHAPE_CARRIED}; {CARRIED}"
+    )
+    cdna = (
+        f"bandwidth carried over from h100-sxm (no Instinct profile); {mi_text} (the MI300X "
+        f"measurement, used for every CDNA part as none other is published); {SHAPE_CARRIED}; "
+        f"{CARRIED}"
+    )
+    return {
+        "gb200": entry(bw, bw_ci, b200_ratio, blackwell, [FIT_SOURCE, MAMF_SOURCE]),
+        "b300": entry(bw, bw_ci, b200_ratio, blackwell, [FIT_SOURCE, MAMF_SOURCE]),
+        "mi300x": entry(bw, bw_ci, mi_ratio, cdna, [FIT_SOURCE, MAMF_SOURCE]),
+        "mi325x": entry(bw, bw_ci, mi_ratio, cdna, [FIT_SOURCE, MAMF_SOURCE]),
+        "mi355x": entry(bw, bw_ci, mi_ratio, cdna, [FIT_SOURCE, MAMF_SOURCE]),
+        **{
+            gpu: entry(
+                bw,
+                bw_ci,
+                1.0,
+                f"all four fields carried over from h100-sxm (no {label} profile or MAMF "
+                f"figure); {CARRIED}",
+                [FIT_SOURCE],
+            )
+            for gpu, label in (("l40s", "L40S"), ("rtx-4090", "RTX 4090"))
+        },
     }
 
 

@@ -24,7 +24,7 @@ def catalogue_rows() -> dict[str, list[dict[str, Any]]]:
     from sim.catalogue import _load_yaml, get_gpu, get_model, gpu_names, model_names
     from sim.drafting import SUPPORT
     from sim.engine.presets import aliases, get_preset, preset_names
-    from sim.model_names import HF_MODEL_IDS
+    from sim.model_names import model_ids
     from sim.scenario import METHODS
 
     raw_models = _load_yaml()["models"]
@@ -34,7 +34,7 @@ def catalogue_rows() -> dict[str, list[dict[str, Any]]]:
         models.append(
             {
                 "name": name,
-                "hf_ids": list(HF_MODEL_IDS.get(name, ())),
+                "hf_ids": list(model_ids(name)),
                 "params_billion": round(model.total_params / 1e9, 2),
                 "layers": model.spec.num_layers,
                 "source": str(raw_models.get(name, {}).get("source", "")),

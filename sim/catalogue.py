@@ -11,18 +11,18 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sim.architecture import LayerCounts, layer_counts
 from sim.errors import CatalogueError
+from sim.precision import KV_FORMAT_BYTES, WEIGHT_FORMATS, kv_bytes_per_element, weight_format
 
 #: bf16 weights and KV cache: 2 bytes per element.
 BF16_BYTES = 2
-#: Bytes per element of each weight or KV-cache precision the cost model knows.
-PRECISION_BYTES = {"bf16": 2.0, "fp8": 1.0}
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,24 @@ class GPU:
     interconnect_bus_bandwidth_bytes_per_s: float
     allreduce_latency_s: tuple[tuple[int, float], ...]
     source: tuple[str, ...]
+    int8_dense_flops: float | None = None
+    fp4_dense_flops: float | None = None
+    #: Effective per-GPU bandwidth and fixed latency of traffic between nodes (the NIC).
+    internode_bandwidth_bytes_per_s: float = 5.0e10
+    internode_latency_s: float = 2.0e-6
+
+    def dense_flops(self, dtype: str) -> float | None:
+        """Peak dense tensor throughput in ``dtype`` (bf16, fp8, int8, fp4); None if the GPU
+        has no tensor cores for it. Raise ValueError for another datatype."""
+        table = {
+            "bf16": self.bf16_dense_flops,
+            "fp8": self.fp8_dense_flops,
+            "int8": self.int8_dense_flops,
+            "fp4": self.fp4_dense_flops,
+        }
+        if dtype not in table:
+            raise ValueError(f"unknown tensor datatype {dtype!r}; known: {', '.join(table)}")
+        return table[dtype]
 
     def allreduce_latency_at(self, tp: int) -> float:
         """Small-message all-reduce latency at ``tp`` GPUs, interpolated linearly in log2(tp).
@@ -91,6 +109,28 @@ class ModelSpec(BaseModel):
     max_context_tokens: int = Field(default=131072, gt=0)
     #: Multi-token-prediction modules shipped with the checkpoint (DeepSeek-V3 style); 0 = none.
     num_mtp_modules: int = Field(default=0, ge=0)
+    # Mixture of experts beyond Mixtral (sim/architecture.py): routed expert width, shared
+    # experts, leading dense layers, and the MoE layer interleave.
+    moe_intermediate_size: int | None = Field(default=None, gt=0)
+    num_shared_experts: int = Field(default=0, ge=0)
+    shared_expert_intermediate_size: int | None = Field(default=None, gt=0)
+    num_dense_layers: int = Field(default=0, ge=0)
+    moe_layer_step: int = Field(default=1, ge=1)
+    # Attention kind: grouped-query (default) or DeepSeek's multi-head latent attention.
+    attention: Literal["gqa", "mla"] = "gqa"
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    kv_lora_rank: int | None = Field(default=None, gt=0)
+    qk_nope_head_dim: int | None = Field(default=None, gt=0)
+    qk_rope_head_dim: int | None = Field(default=None, gt=0)
+    v_head_dim: int | None = Field(default=None, gt=0)
+    # Sliding-window layers (gpt-oss) and learned attention sinks.
+    sliding_window: int | None = Field(default=None, gt=0)
+    num_sliding_window_layers: int = Field(default=0, ge=0)
+    attention_sinks: bool = False
+    #: FP8 checkpoints scaled per square block of this size (config.json ``weight_block_size``).
+    fp8_weight_block_size: int | None = Field(default=None, gt=0)
+    #: The Hugging Face repository id the architecture comes from (name resolution).
+    hf_id: str | None = None
     name: str = "inline"
     source: str = "given inline in the scenario"
 
@@ -114,16 +154,18 @@ class Model:
     norm_params_per_layer: int = field(default=0)
     embedding_params: int = field(default=0)
     lm_head_params: int = field(default=0)
+    layers: LayerCounts | None = field(default=None)
 
     @staticmethod
     def from_spec(spec: ModelSpec, name: str) -> Model:
-        """Derive parameter counts with the standard Llama-style formula.
+        """Derive parameter counts with the standard decoder formulas (:mod:`sim.architecture`).
 
-        per layer: attention ``H·nh·hd + 2·H·nkv·hd + nh·hd·H`` (+ q/k/v biases), MLP ``3·H·I`` per
-        expert (gate, up, down; the router ``H·E`` for MoE), norms ``2·H``; embedding ``V·H``; an
-        untied lm_head another ``V·H``. Source of the formula: the catalogue reference
-        (params_total_derived in the sourced constants), checked against published totals in tests.
-        Raise CatalogueError if the head geometry is inconsistent.
+        per layer: attention (GQA ``H·nh·hd + 2·H·nkv·hd + nh·hd·H`` + biases, or MLA), norms
+        ``2·H``, and either a dense MLP ``3·H·I`` or, on MoE layers, the router ``H·E``, the shared
+        experts and ``E`` routed experts of ``3·H·I_moe``; embedding ``V·H``; an untied lm_head
+        another ``V·H``. ``expert_params_per_layer`` is the routed expert (the dense MLP for a
+        dense model). Checked against published totals in tests.
+        Raise CatalogueError if the head or expert geometry is inconsistent.
         """
         if spec.num_heads % spec.num_kv_heads != 0:
             raise CatalogueError(
@@ -135,40 +177,52 @@ class Model:
                 f"model {name}: experts_per_token {spec.experts_per_token} > "
                 f"num_experts {spec.num_experts}"
             )
-        h, hd = spec.hidden_size, spec.head_dim
-        q_out, kv_out = spec.num_heads * hd, spec.num_kv_heads * hd
-        attention = h * q_out + 2 * h * kv_out + q_out * h
-        if spec.qkv_bias:
-            attention += q_out + 2 * kv_out
-        if spec.qk_norm:
-            attention += 2 * hd
-        expert = 3 * h * spec.intermediate_size
-        router = h * spec.num_experts if spec.num_experts > 1 else 0
+        counts = layer_counts(spec, name)
+        h = spec.hidden_size
         return Model(
             spec=spec,
             name=name,
-            attention_params_per_layer=attention + router,
-            expert_params_per_layer=expert,
+            attention_params_per_layer=counts.attention,
+            expert_params_per_layer=counts.routed_expert,
             norm_params_per_layer=2 * h,
             embedding_params=spec.vocab_size * h,
             lm_head_params=0 if spec.tied_embeddings else spec.vocab_size * h,
+            layers=counts,
         )
+
+    @property
+    def counts(self) -> LayerCounts:
+        """The per-layer counts ``from_spec`` derived."""
+        if self.layers is None:
+            raise ValueError(f"model {self.name} was not built by Model.from_spec")
+        return self.layers
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a routed mixture of experts (0 for a dense model)."""
+        return self.counts.num_moe_layers
+
+    @property
+    def num_dense_mlp_layers(self) -> int:
+        """Layers with a dense MLP."""
+        return self.spec.num_layers - self.num_moe_layers
+
+    @property
+    def moe_always_on_params_per_layer(self) -> int:
+        """Router and shared experts of one MoE layer: every token passes through them."""
+        return self.counts.router + self.counts.shared_experts
 
     def with_precision(self, weights: str, kv_cache: str) -> Model:
         """This model with its linear layers stored in ``weights`` and its KV cache in
-        ``kv_cache``. Raise CatalogueError if either is not in :data:`PRECISION_BYTES`."""
-        for key, value in (("weights", weights), ("kv_cache", kv_cache)):
-            if value not in PRECISION_BYTES:
-                raise CatalogueError(
-                    f"precision.{key}: unknown precision {value!r}; known: "
-                    f"{', '.join(PRECISION_BYTES)}"
-                )
+        ``kv_cache`` (:mod:`sim.precision`). Raise CatalogueError if either is unknown."""
+        weight_format(weights)
+        kv_bytes_per_element(kv_cache)
         return replace(self, weight_precision=weights, kv_cache_precision=kv_cache)
 
     @property
     def weight_bytes_per_param(self) -> float:
         """Bytes per parameter of the decoder's linear layers."""
-        return PRECISION_BYTES[self.weight_precision]
+        return WEIGHT_FORMATS[self.weight_precision].bytes_per_weight
 
     @property
     def linear_weight_bytes_read(self) -> float:
@@ -187,14 +241,16 @@ class Model:
     @property
     def total_params(self) -> int:
         """All parameters, every expert and the embedding table included."""
-        s = self.spec
-        per_layer = (
-            self.attention_params_per_layer
-            + s.num_experts * self.expert_params_per_layer
-            + self.norm_params_per_layer
-        )
+        s, c = self.spec, self.counts
+        per_layer = self.attention_params_per_layer + self.norm_params_per_layer
+        moe = self.moe_always_on_params_per_layer + s.num_experts * self.expert_params_per_layer
         return (
-            s.num_layers * per_layer + self.embedding_params + self.lm_head_params + s.hidden_size
+            s.num_layers * per_layer
+            + self.num_dense_mlp_layers * c.dense_mlp
+            + self.num_moe_layers * moe
+            + self.embedding_params
+            + self.lm_head_params
+            + s.hidden_size
         )
 
     @property
@@ -218,22 +274,26 @@ class Model:
 
     @property
     def dense_linear_params(self) -> int:
-        """Parameters of the linear layers that every token passes through (MoE experts excluded).
+        """Parameters of the linear layers that every token passes through (routed experts
+        excluded; routers and shared experts included).
 
         The embedding lookup is a gather, not a matmul, so it is excluded; the lm_head is included.
         """
         s = self.spec
         per_layer = self.attention_params_per_layer + self.norm_params_per_layer
-        if s.num_experts == 1:
-            per_layer += self.expert_params_per_layer
-        return s.num_layers * per_layer + s.vocab_size * s.hidden_size + s.hidden_size
+        return (
+            s.num_layers * per_layer
+            + self.num_dense_mlp_layers * self.counts.dense_mlp
+            + self.num_moe_layers * self.moe_always_on_params_per_layer
+            + s.vocab_size * s.hidden_size
+            + s.hidden_size
+        )
 
     @property
     def active_linear_params(self) -> int:
         """Linear-layer parameters one token multiplies by: dense part plus its routed experts."""
-        s = self.spec
-        routed = s.num_layers * s.experts_per_token * self.expert_params_per_layer
-        return self.dense_linear_params + (routed if s.num_experts > 1 else 0)
+        routed = self.num_moe_layers * self.spec.experts_per_token * self.expert_params_per_layer
+        return self.dense_linear_params + routed
 
     def expected_experts_touched(self, num_tokens: Any) -> Any:
         """Expected distinct experts per layer read by a step of ``num_tokens`` tokens.
@@ -250,27 +310,46 @@ class Model:
         return s.num_experts * (1.0 - miss**n)
 
     @property
+    def num_full_attention_layers(self) -> int:
+        """Layers that attend to (and cache) the whole context."""
+        return self.spec.num_layers - self.counts.num_window_layers
+
+    @property
     def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes per token over all layers: 2 (K and V) · L · n_kv · d_h · bytes per
-        element of the cache's precision."""
-        s = self.spec
-        element = PRECISION_BYTES[self.kv_cache_precision]
-        return float(2 * s.num_layers * s.num_kv_heads * s.head_dim * element)
+        """KV-cache bytes per context token over the full-attention layers: per layer
+        ``2·n_kv·d_h`` elements (K and V; MLA one latent row of ``kv_lora + d_rope``) at the
+        cache's precision. Sliding-window layers are in :attr:`window_kv_bytes_per_token`."""
+        element = KV_FORMAT_BYTES[self.kv_cache_precision]
+        return float(self.num_full_attention_layers * self.counts.kv_elements_per_layer * element)
+
+    @property
+    def window_kv_bytes_per_token(self) -> float:
+        """KV bytes per token over the sliding-window layers (each keeps ``sliding_window``)."""
+        element = KV_FORMAT_BYTES[self.kv_cache_precision]
+        return float(self.counts.num_window_layers * self.counts.kv_elements_per_layer * element)
 
     @property
     def attention_flops_per_pair(self) -> float:
-        """FLOPs of attention per (query token, attended key) pair over all layers: 4·L·n_h·d_h.
+        """FLOPs of attention per (query token, attended key) pair over the full-attention
+        layers in decode: 4·L·n_h·d_h for GQA (QK^T and PV, 2·d_h each; COST_MODEL.md), the
+        absorbed form for MLA (:mod:`sim.architecture`)."""
+        per_layer = self.counts.pair_flops_per_layer_decode
+        return float(self.num_full_attention_layers * per_layer)
 
-        QK^T and PV are each 2·d_h FLOPs per head per pair (COST_MODEL.md, attention term).
-        """
-        s = self.spec
-        return float(4 * s.num_layers * s.num_heads * s.head_dim)
+    @property
+    def prefill_attention_flops_per_pair(self) -> float:
+        """As :attr:`attention_flops_per_pair` for prefill (MLA materialises K and V)."""
+        return float(self.num_full_attention_layers * self.counts.pair_flops_per_layer_prefill)
 
 
 def _load_yaml() -> dict[str, Any]:
     text = resources.files("sim").joinpath("data/catalogue.yaml").read_text(encoding="utf-8")
     data: dict[str, Any] = yaml.safe_load(text)
     return data
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 @cache
@@ -294,6 +373,10 @@ def _catalogue() -> tuple[dict[str, GPU], dict[str, Model]]:
                 sorted((int(k), float(v)) for k, v in entry["allreduce_latency_s"].items())
             ),
             source=tuple(entry["source"]),
+            int8_dense_flops=_optional_float(entry.get("int8_dense_flops")),
+            fp4_dense_flops=_optional_float(entry.get("fp4_dense_flops")),
+            internode_bandwidth_bytes_per_s=float(entry["internode_bandwidth_bytes_per_s"]),
+            internode_latency_s=float(entry["internode_latency_s"]),
         )
     models: dict[str, Model] = {}
     for name, entry in data["models"].items():

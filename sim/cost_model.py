@@ -28,6 +28,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import GPU, Model
 from sim.host_costs import HostCostModel, HostCosts
+from sim.parallel import Layout
+from sim.precision import compute_dtype
 
 FloatArray = NDArray[np.float64]
 
@@ -82,6 +84,14 @@ def gemms_per_forward(model: Model) -> int:
     return 4 * model.spec.num_layers + 1
 
 
+def body_peak_flops(model: Model, gpu: GPU) -> float:
+    """Peak dense throughput of the decoder's GEMMs: the GPU's figure for the datatype the
+    model's weight format computes in. Raise CatalogueError if the GPU cannot run the format."""
+    peak = gpu.dense_flops(compute_dtype(model.weight_precision, gpu))
+    assert peak is not None  # compute_dtype returns only datatypes the GPU has
+    return peak
+
+
 @dataclass(frozen=True)
 class StepShape:
     """The aggregate shape of one or many steps, enough to cost them.
@@ -126,6 +136,7 @@ class StepCostModel:
         host: HostCosts | None = None,
         speculative: bool = False,
         cpu_overlap: bool | None = None,
+        layout: Layout | None = None,
     ) -> None:
         if tp < 1:
             raise ValueError(f"tensor-parallel degree must be >= 1, got {tp}")
@@ -149,15 +160,21 @@ class StepCostModel:
 
         self._kernels = KernelCosts(model, gpu, tp, efficiency) if host is not None else None
         self.speculative = speculative
+        # A deployment of several attention groups or with expert parallelism is priced per GPU
+        # by sim/parallel_cost.py; the plain tensor-parallel node by the terms below.
+        self.layout = layout
+        self._parallel = None
+        if layout is not None and not layout.is_single_group:
+            from sim.parallel_cost import ParallelStepCost  # builds on this module
+
+            self._parallel = ParallelStepCost(model, gpu, layout, efficiency)
+            self._kernels = None
         self.cpu_overlap = base.cpu_overlap if cpu_overlap is None else cpu_overlap
         self._bw = tp * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s
         self._flops = tp * efficiency.flops * gpu.bf16_dense_flops
-        # FP8 linear layers run at the GPU's FP8 tensor throughput (the lm_head stays bf16).
-        self._body_flops = self._flops
-        if model.weight_precision == "fp8":
-            if gpu.fp8_dense_flops is None:
-                raise ValueError(f"{gpu.name} has no FP8 tensor throughput in the catalogue")
-            self._body_flops = tp * efficiency.flops * gpu.fp8_dense_flops
+        # The decoder's GEMMs run at their weight format's tensor throughput (sim/precision.py;
+        # the lm_head stays bf16).
+        self._body_flops = tp * efficiency.flops * body_peak_flops(model, gpu)
         spec = model.spec
         self._kv_bw = (
             min(tp, spec.num_kv_heads) * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s
@@ -166,20 +183,21 @@ class StepCostModel:
         self._gemm_floor_s = gemms_per_forward(model) * efficiency.gemm_floor_s
         # Per-unit coefficients of each operator class, so a step costs a handful of array ops.
         lm_head = spec.vocab_size * spec.hidden_size
-        routed = (
-            spec.num_layers * spec.experts_per_token * model.expert_params_per_layer
-            if spec.num_experts > 1
-            else 0
-        )
+        routed = model.num_moe_layers * spec.experts_per_token * model.expert_params_per_layer
         self._moe = spec.num_experts > 1
         self._dense_weight_s = model.linear_weight_bytes_read / self._bw
-        self._expert_weight_s = spec.num_layers * model.expert_bytes_per_layer / self._bw
+        self._expert_weight_s = model.num_moe_layers * model.expert_bytes_per_layer / self._bw
         self._flop_s_per_token = (
             2.0 * (model.dense_linear_params - lm_head + routed) / self._body_flops
         )
         self._flop_s_per_logit = 2.0 * lm_head / self._flops
         self._kv_s_per_token = model.kv_bytes_per_token / self._kv_bw
         self._attention_s_per_pair = model.attention_flops_per_pair / self._flops
+        # Sliding-window layers read at most `window` tokens per sequence; MLA prefill
+        # materialises K and V (sim/architecture.py).
+        self._window_kv_s_per_token = model.window_kv_bytes_per_token / self._kv_bw
+        self._window = float(spec.sliding_window or 0)
+        self._prefill_s_per_pair = model.prefill_attention_flops_per_pair / self._flops
         # Two all-reduces per layer, each alpha + 2(TP-1)/TP * N*H*2 bytes / busbw (ring).
         self._allreduce_const_s = 2.0 * spec.num_layers * self._allreduce_latency_s
         self._allreduce_s_per_token = (
@@ -214,6 +232,18 @@ class StepCostModel:
         kv = np.asarray(kv_read_tokens, dtype=np.float64)
         pairs = np.asarray(attention_pairs, dtype=np.float64)
         return np.maximum(self._kv_s_per_token * kv, self._attention_s_per_pair * pairs)
+
+    def _attention(
+        self, num_seqs: FloatArray, kv_read: FloatArray, pairs: FloatArray, decode_only: ArrayLike
+    ) -> FloatArray:
+        """The attention roofline with sliding-window layers and MLA's prefill form."""
+        read = self._kv_s_per_token * kv_read
+        pair_s: float | FloatArray = self._attention_s_per_pair
+        if self._window:
+            read = read + self._window_kv_s_per_token * np.minimum(kv_read, num_seqs * self._window)
+        if self._prefill_s_per_pair != self._attention_s_per_pair:
+            pair_s = np.where(decode_only, self._attention_s_per_pair, self._prefill_s_per_pair)
+        return np.maximum(read, pair_s * pairs)
 
     def allreduce_s(self, num_tokens: ArrayLike) -> FloatArray:
         """Two all-reduces per layer of ``N·H`` bf16 activations; zero without tensor parallel."""
@@ -260,17 +290,22 @@ class StepCostModel:
             # Each verified position is its own sequence reading the whole context: Σ t_i·n_i,
             # which is the step's (query, key) pair count, for the decode-only steps.
             kv_read = np.where(n_real <= n_logits, np.maximum(kv_read, pairs), kv_read)
-        if kernels is not None and kernels.prices_attention:
-            attention = kernels.attention_s(num_seqs, n_real, kv_read, pairs)
+        decode_only = n_real <= n_logits
+        if self._parallel is not None:
+            linear = self._parallel.linear_s(n, n_logits)
+            attention = self._parallel.attention_s(num_seqs, kv_read, pairs, decode_only)
+            allreduce = self._parallel.comm_s(n)
+            sampling = self._parallel.sampling_s(n_logits)
         else:
-            attention = np.maximum(
-                self._kv_s_per_token * kv_read, self._attention_s_per_pair * pairs
-            )
-        if kernels is not None and kernels.prices_allreduce:
-            allreduce = kernels.allreduce_s(n, graphed)
-        else:
-            allreduce = self.allreduce_s(n)
-        sampling = self._sampling_s_per_logit * n_logits
+            if kernels is not None and kernels.prices_attention:
+                attention = kernels.attention_s(num_seqs, n_real, kv_read, pairs)
+            else:
+                attention = self._attention(num_seqs, kv_read, pairs, decode_only)
+            if kernels is not None and kernels.prices_allreduce:
+                allreduce = kernels.allreduce_s(n, graphed)
+            else:
+                allreduce = self.allreduce_s(n)
+            sampling = self._sampling_s_per_logit * n_logits
         forward = linear + attention + allreduce + sampling
         stall = self.host.launch_stall_s(forward, graphed)
         cpu = self.host.cpu_s(num_seqs, n_real, forward + stall, self.speculative, self.cpu_overlap)

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import BF16_BYTES, GPU, Model
-from sim.cost_model import Efficiency, smooth_max
+from sim.cost_model import Efficiency, body_peak_flops, smooth_max
 from sim.errors import CatalogueError
 from sim.kernels import (
     AllReduceTable,
@@ -41,9 +41,9 @@ from sim.kernels import (
     decode_attention,
     gemm_efficiency,
     has_collectives,
-    moe_layer,
     prefill_attention,
 )
+from sim.moe import grouped_gemm_layer
 
 FloatArray = NDArray[np.float64]
 
@@ -102,6 +102,7 @@ class KernelCosts:
     def __init__(self, model: Model, gpu: GPU, tp: int, bf16: Efficiency) -> None:
         spec = model.spec
         self.num_layers = spec.num_layers
+        self.num_moe_layers = model.num_moe_layers
         self.hidden_size = spec.hidden_size
         # All-reduce: the custom all-reduce's tables in and out of CUDA graphs.
         self._graph_ar: AllReduceTable | None = None
@@ -114,30 +115,27 @@ class KernelCosts:
         self._heads = max(1, spec.num_heads // tp)
         self._head_dim = spec.head_dim
         kv_dtype = model.kv_cache_precision
-        self._decode: DecodeAttention | None = _optional(decode_attention, gpu.name, kv_dtype)
-        self._prefill: PrefillAttention | None = _optional(prefill_attention, gpu.name, kv_dtype)
+        self._decode: DecodeAttention | None = None
+        self._prefill: PrefillAttention | None = None
+        # The measured kernels are FlashAttention's on full-context GQA layers; MLA and
+        # sliding-window layers keep the formula (sim/architecture.py).
+        if spec.attention == "gqa" and spec.sliding_window is None:
+            self._decode = _optional(decode_attention, gpu.name, kv_dtype)
+            self._prefill = _optional(prefill_attention, gpu.name, kv_dtype)
         # Linear layers: FP8 decoder GEMMs and MoE experts from their own fits.
         head = float(spec.vocab_size * spec.hidden_size)
         moe = spec.num_experts > 1
         dtype = model.weight_precision
-        self._moe: MoeLayer | None = None
-        if moe:
-            self._moe = _optional(
-                moe_layer,
-                gpu.name,
-                dtype,
-                hidden_size=spec.hidden_size,
-                inter_size=spec.intermediate_size,
-                num_experts=spec.num_experts,
-                topk=spec.experts_per_token,
-                tp=tp,
-            )
+        # Experts: the fused-MoE fit of the weights' datatype (sim/moe.py).
+        self._moe: MoeLayer | None = grouped_gemm_layer(model, gpu, tp) if moe else None
         body_eff = bf16 if dtype == "bf16" else _optional(gemm_efficiency, gpu.name, dtype)
+        if body_eff is None and self._moe is not None:
+            # No GEMM fit for this format here: the shipped dense fit at the format's own peak.
+            body_eff = bf16
         self._linear: tuple[_Linear, ...] | None = None
         if body_eff is not None and (self._moe is not None or dtype != "bf16"):
             body = float(model.dense_linear_params) - head
-            peak = gpu.bf16_dense_flops if dtype == "bf16" else gpu.fp8_dense_flops
-            assert peak is not None  # gemm_efficiency exists only where the GPU has the dtype
+            peak = body_peak_flops(model, gpu)
             # Without experts the decoder has QKV, O, gate-up and down per layer; with them the
             # dense part has QKV and O (the experts are the fused-MoE kernel's).
             per_layer = 2 if moe else 4
@@ -202,5 +200,5 @@ class KernelCosts:
         body, head = self._linear
         out = body.time_s(n, np.zeros_like(n)) + head.time_s(np.zeros_like(n), n_logits)
         if self._moe is not None:
-            out = out + self.num_layers * self._moe.time_s(n)
+            out = out + self.num_moe_layers * self._moe.time_s(n)
         return np.asarray(out, dtype=np.float64)

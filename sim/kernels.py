@@ -256,8 +256,12 @@ def moe_layer(
     tp: int = 1,
     ep: int = 1,
     routing: str = "uniform",
+    efficiency: MoeEfficiency | None = None,
 ) -> MoeLayer:
     """The :class:`MoeLayer` of a model's MoE shape split ``tp`` × ``ep`` ways on ``gpu``.
+
+    ``efficiency`` replaces the GPU's own fit (sim/moe.py carries a measured fit to GPUs without
+    one).
 
     Raise CatalogueError if ``dtype`` was not measured on ``gpu``; ValueError for an unknown
     routing or a split below 1.
@@ -265,7 +269,8 @@ def moe_layer(
     if tp < 1 or ep < 1:
         raise ValueError(f"tp and ep must be >= 1, got tp={tp}, ep={ep}")
     experts_touched(1.0, num_experts, topk, routing)  # validates the routing name
-    eff, spec = moe_efficiency(gpu, dtype), get_gpu(gpu)
+    eff = moe_efficiency(gpu, dtype) if efficiency is None else efficiency
+    spec = get_gpu(gpu)
     peak = spec.bf16_dense_flops if dtype == "bf16" else spec.fp8_dense_flops
     if peak is None:
         raise CatalogueError(f"GPU {gpu!r} has no fp8 throughput in the catalogue")

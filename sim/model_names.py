@@ -13,7 +13,7 @@ which config.json its shapes were read from.
 
 from __future__ import annotations
 
-from sim.catalogue import model_names
+from sim.catalogue import get_model, model_names
 
 #: Hugging Face ids per catalogue model; the first is the one written into result files.
 HF_MODEL_IDS: dict[str, tuple[str, ...]] = {
@@ -53,6 +53,13 @@ HF_MODEL_IDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def model_ids(name: str) -> tuple[str, ...]:
+    """Every Hugging Face id of catalogue model ``name``: the table's, then the entry's own."""
+    ids = HF_MODEL_IDS.get(name, ())
+    own = get_model(name).spec.hf_id if name in model_names() else None
+    return ids + ((own,) if own and own not in ids else ())
+
+
 def resolve_model_name(name: str) -> str | None:
     """The catalogue name that ``name`` (a catalogue name or a Hugging Face id) denotes, or None.
 
@@ -64,10 +71,8 @@ def resolve_model_name(name: str) -> str | None:
     if wanted in by_lower:
         return by_lower[wanted]
     bare_matches: set[str] = set()
-    for catalogue_name, ids in HF_MODEL_IDS.items():
-        if catalogue_name not in known:
-            continue
-        for model_id in ids:
+    for catalogue_name in known:
+        for model_id in model_ids(catalogue_name):
             if model_id.lower() == wanted:
                 return catalogue_name
             if "/" not in wanted and model_id.lower().split("/", 1)[1] == wanted:
@@ -77,7 +82,7 @@ def resolve_model_name(name: str) -> str | None:
 
 def hf_model_id(name: str) -> str:
     """The Hugging Face id of catalogue model ``name`` (``name`` itself when none is known)."""
-    ids = HF_MODEL_IDS.get(name)
+    ids = model_ids(name) if name in model_names() else HF_MODEL_IDS.get(name, ())
     return ids[0] if ids else name
 
 

@@ -32,9 +32,12 @@ from sim.engine.presets import SETTINGS, EnginePreset, get_preset
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
-from sim.errors import ScenarioError
+from sim.errors import CatalogueError, ScenarioError
+from sim.hf_config import resolve_model
 from sim.host_costs import HostProfile, load_host_profile
 from sim.metrics import summarize
+from sim.parallel import Layout, window_kv_reserve_bytes
+from sim.precision import compute_dtype
 from sim.profiles import EngineProfile, load_engine_profile
 from sim.random_streams import RandomStreams
 from sim.scenario import Scenario
@@ -196,17 +199,23 @@ def build_simulation(
     engine = resolve_engine(scenario, base_dir)
     gpu = get_gpu(scenario.hardware.gpu)
     precision = scenario.precision
-    if precision.weights == "fp8" and gpu.fp8_dense_flops is None:
+    try:
+        compute_dtype(precision.weights, gpu)
+    except CatalogueError as exc:
+        raise ScenarioError(str(exc)) from None
+    model = get_model(resolve_model(scenario.model, base_dir)).with_precision(
+        precision.weights, precision.kv_cache
+    )
+    hw = scenario.hardware
+    layout = Layout(hw.num_gpus, hw.num_nodes, hw.tensor_parallel, hw.expert_parallel)
+    if hw.num_nodes == 1 and hw.tensor_parallel is None and model.spec.num_heads % hw.num_gpus:
         raise ScenarioError(
-            f"precision.weights: {gpu.name} has no FP8 tensor cores; use bf16 on this GPU"
-        )
-    model = get_model(scenario.model).with_precision(precision.weights, precision.kv_cache)
-    tp = scenario.hardware.num_gpus
-    if model.spec.num_heads % tp != 0:
-        raise ScenarioError(
-            f"hardware.num_gpus: {tp} does not divide {model.name}'s {model.spec.num_heads} "
+            f"hardware.num_gpus: {hw.num_gpus} does not divide {model.name}'s "
+            f"{model.spec.num_heads} {'MLA ' if model.spec.attention == 'mla' else ''}"
             "attention heads"
         )
+    layout.check(model)
+    tp = layout.attention_tp
     streams = RandomStreams(scenario.seed)
     workload = build_workload(scenario.workload, streams, base_dir)
     efficiency = load_efficiency(gpu.name)
@@ -240,6 +249,7 @@ def build_simulation(
         engine.per_sequence_overhead_s,
         host=host,
         speculative=method != "none",
+        layout=layout,
     )
     strategy = build_strategy(
         scenario,
@@ -262,10 +272,14 @@ def build_simulation(
         engine.block_size,
         engine.max_num_batched_tokens,
         engine.max_num_seqs,
-        engine.reserved_memory_bytes,
+        engine.reserved_memory_bytes + window_kv_reserve_bytes(model, layout, engine.max_num_seqs),
         extra_weight_bytes=strategy.weight_bytes_per_gpu(),
         extra_kv_bytes_per_token=strategy.extra_kv_bytes_per_token(),
+        weight_bytes_per_gpu=None if layout.is_single_group else layout.weight_bytes_per_gpu(model),
     )
+    if layout.dp > 1:
+        # Each attention group keeps its own KV pool; the engine's ledger holds all of them.
+        memory = replace(memory, num_blocks=memory.num_blocks * layout.dp)
     lookahead = strategy.extra_tokens_per_decode + (
         strategy.proposal.num_draft_tokens if strategy.proposal is not None else 0
     )

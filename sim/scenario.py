@@ -36,6 +36,8 @@ METHODS = (
     "eagle3",
     "mtp",
     "lookahead",
+    "suffix",
+    "p_eagle",
 )
 SLO_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
 SLO_STATS = ("mean", "p50", "p90", "p99")
@@ -52,17 +54,23 @@ def _catalogue_model(value: str | ModelSpec | None) -> str | ModelSpec | None:
     if resolved is None:
         raise ValueError(
             f"unknown model; known: {', '.join(model_names())} (or their Hugging Face ids, "
-            "e.g. meta-llama/Llama-3.1-8B-Instruct)"
+            "e.g. meta-llama/Llama-3.1-8B-Instruct, or the path of a Hugging Face config.json)"
         )
     return resolved
 
 
 class HardwareConfig(BaseModel):
-    """The node: which GPU, and how many (the tensor-parallel degree)."""
+    """The deployment: which GPU, how many per node (the tensor-parallel degree by default),
+    and, for large MoE models, how many nodes and how they are split (sim/parallel.py):
+    ``tensor_parallel`` GPUs per attention group (within a node), the rest of the GPUs as
+    data-parallel attention groups, and ``expert_parallel`` ranks for the MoE layers."""
 
     model_config = _STRICT
     gpu: str = "h100-sxm"
     num_gpus: int = Field(default=1, ge=1, le=8)
+    num_nodes: int = Field(default=1, ge=1, le=16)
+    tensor_parallel: int | None = Field(default=None, ge=1, le=8)
+    expert_parallel: int = Field(default=1, ge=1, le=128)
 
     @field_validator("gpu")
     @classmethod
@@ -78,10 +86,14 @@ class PrecisionConfig(BaseModel):
     ``fp8`` weights: an FP8 checkpoint (vLLM ``--quantization fp8`` or an FP8 model): half the
     bytes per step and the GPU's FP8 tensor throughput for the decoder's GEMMs; ``fp8`` KV cache
     (vLLM ``--kv-cache-dtype fp8``): half the KV bytes read and twice the tokens per block pool.
+    ``int8`` (W8A8), ``int4-awq``/``int4-gptq`` (weight-only), ``mxfp4``, ``nvfp4``: their bytes
+    per weight and tensor datatype are in :mod:`sim.precision`.
     """
 
     model_config = _STRICT
-    weights: Literal["bf16", "fp8"] = "bf16"
+    weights: Literal[
+        "bf16", "fp8", "int8", "int4-awq", "int4-gptq", "mxfp4", "nvfp4", "q8_0", "q4_0"
+    ] = "bf16"
     kv_cache: Literal["bf16", "fp8"] = "bf16"
 
 
@@ -155,7 +167,17 @@ class SpeculationConfig(BaseModel):
 
     model_config = _STRICT
     method: Literal[
-        "none", "draft_model", "ngram", "medusa", "eagle", "eagle2", "eagle3", "mtp", "lookahead"
+        "none",
+        "draft_model",
+        "ngram",
+        "medusa",
+        "eagle",
+        "eagle2",
+        "eagle3",
+        "mtp",
+        "lookahead",
+        "suffix",
+        "p_eagle",
     ] = "none"
     num_speculative_tokens: int = Field(default=3, ge=1, le=32)
     draft_model: str | ModelSpec | None = None
@@ -259,6 +281,9 @@ class Scenario(BaseModel):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str | ModelSpec) -> str | ModelSpec:
+        # A path ending in .json is a Hugging Face config.json, read when the run is built.
+        if isinstance(value, str) and value.endswith(".json"):
+            return value
         return _catalogue_model(value) or value
 
     @field_validator("slo")

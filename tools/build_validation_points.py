@@ -20,6 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+try:
+    from tools.moe_validation_points import moe_serving_points
+except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
+    from moe_validation_points import moe_serving_points  # type: ignore[no-redef]
+
 OUT = Path(__file__).resolve().parents[1] / "sim" / "data" / "validation_points.csv"
 
 COLUMNS = (
@@ -518,6 +523,7 @@ def build(shared: Path) -> list[dict[str, Any]]:
         *ispass(shared),
         *eagle3_tables(),
         *quoted_points(),
+        *moe_serving_points(shared, _row),
     ]
     ids = [r["point_id"] for r in rows]
     duplicates = {i for i in ids if ids.count(i) > 1}

@@ -81,18 +81,40 @@ def _default_model(
     key = profile_key(method, model_name, dataset)
     if key in load_profile_document(data_dir)["profiles"]:
         return profile_model(key, temperature, data_dir=data_dir)
+    published = published_pair(method, model_name, dataset, temperature, data_dir)
+    if isinstance(published, AcceptanceConfig):
+        return _build(published, method, data_dir, temperature, data_dir)
     raise ScenarioError(
         f"speculation.acceptance: no shipped acceptance data for method {method!r}, model "
-        f"{model_name!r}, dataset {dataset!r} at temperature {temperature}; set one of "
-        f"{', '.join(SOURCE_KEYS)}"
+        f"{model_name!r}, dataset {dataset!r} at temperature {temperature}"
+        f"{'; ' + published if published else ''}; set one of {', '.join(SOURCE_KEYS)}"
     )
+
+
+def published_pair(
+    method: str, model_name: str, dataset: str | None, temperature: float, data_dir: Path
+) -> AcceptanceConfig | str:
+    """The published acceptance of a (method, model) pair of ``acceptance_published_pairs.yaml``
+    at ``temperature`` (the dataset's own entry, else the pair's ``any``), or why there is none."""
+    import yaml  # the file is read only when no profile covers the scenario
+
+    document = yaml.safe_load((data_dir / "acceptance_published_pairs.yaml").read_text("utf-8"))
+    for name in (normalise_dataset(dataset), "any"):
+        entry = document["pairs"].get(f"{method}/{model_name}/{name}")
+        if entry is not None and float(entry["temperature"]) == temperature:
+            keys = {k: entry[k] for k in ("per_position", "mean_acceptance_length") if k in entry}
+            return AcceptanceConfig(**keys)
+    reason: str = document["not_published"].get(f"{method}/{model_name}", "")
+    return reason
 
 
 def _build(
     config: AcceptanceConfig, method: str, base_dir: Path, temperature: float, data_dir: Path
 ) -> AcceptanceModel:
     match_rate = config.ngram_match_rate
-    chain_match = match_rate if (method == "ngram" and match_rate is not None) else 1.0
+    # Suffix decoding, like n-gram lookup, proposes nothing where the lookup finds no match.
+    lookup = method in ("ngram", "suffix")
+    chain_match = match_rate if (lookup and match_rate is not None) else 1.0
     if config.alpha is not None:
         return ConstantAlphaModel(config.alpha, match_rate=chain_match)
     if config.per_position is not None:

@@ -12,7 +12,9 @@ does not predict what no real engine can run. Sources, per engine:
 * SGLang: ``--speculative-algorithm`` EAGLE (EAGLE-2: dynamic tree, or a chain with topk 1),
   EAGLE3, MTP (NextN, on the EAGLE machinery), STANDALONE (draft model) and NGRAM
   (docs.sglang.io, advanced_features/speculative_decoding); no Medusa.
-* Lookahead decoding (Fu et al. 2024) is in neither engine.
+* Lookahead decoding (Fu et al. 2024) is in neither engine; TensorRT-LLM runs it (below).
+* Suffix decoding (``suffix``) and parallel drafting (``p_eagle``) are vLLM V1's only; SGLang
+  announced suffix decoding as coming (Snowflake engineering blog, 2026).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from sim.drafting.lookahead import build_lookahead
 from sim.drafting.medusa import build_medusa
 from sim.drafting.mtp import build_mtp
 from sim.drafting.ngram import build_ngram
+from sim.drafting.parallel import build_parallel_eagle
+from sim.drafting.suffix import build_suffix
 from sim.engine.presets import get_preset
 from sim.errors import ScenarioError
 from sim.scenario import Scenario
@@ -55,6 +59,8 @@ BUILDERS: dict[str, Callable[[BuildContext], Strategy]] = {
     "eagle3": build_eagle3,
     "mtp": build_mtp,
     "lookahead": build_lookahead,
+    "suffix": build_suffix,
+    "p_eagle": build_parallel_eagle,
 }
 
 #: Proposal forms each engine runs, per method: "supported" or "experimental" (runs behind an
@@ -82,6 +88,31 @@ SUPPORT: dict[str, dict[str, dict[str, str]]] = {
         "eagle": {"chain": "supported", "static_tree": "experimental"},
         "eagle3": {"chain": "supported", "static_tree": "experimental"},
         "mtp": {"chain": "supported"},
+        # vLLM docs, features/speculative_decoding/suffix (Arctic Inference plugin).
+        "suffix": {"chain": "supported"},
+        # P-EAGLE: method eagle3 with "parallel_drafting": true, vLLM 0.16+ (PR #32887).
+        "p_eagle": {"chain": "supported"},
+    },
+    # TensorRT-LLM 1.0: the PyTorch backend drafts chains with draft models, EAGLE-3, n-gram
+    # and MTP (docs features/speculative-decoding: "a single sequence of draft tokens"); the
+    # TensorRT engine backend runs Medusa trees (medusa_choices), EAGLE-1/2 trees and lookahead
+    # (docs advanced/speculative-decoding, 0.18).
+    "trtllm": {
+        "none": {"chain": "supported"},
+        "draft_model": {"chain": "supported"},
+        "ngram": {"chain": "supported"},
+        "medusa": {"chain": "supported", "static_tree": "supported"},
+        "eagle": {"static_tree": "supported"},
+        "eagle2": {"dynamic_tree": "supported"},
+        "eagle3": {"chain": "supported"},
+        "mtp": {"chain": "supported"},
+        "lookahead": {"chain": "supported"},
+    },
+    # llama.cpp: llama-server drafts with a second, smaller model (--model-draft,
+    # examples/speculative and the server's speculative decoding), a chain.
+    "llamacpp": {
+        "none": {"chain": "supported"},
+        "draft_model": {"chain": "supported"},
     },
     "sglang": {
         "none": {"chain": "supported"},

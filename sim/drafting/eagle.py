@@ -41,8 +41,8 @@ SGLANG_DEFAULT_TREE = (4, 5, 8)
 
 def head_kv_bytes_per_token(target: Model) -> float:
     """KV bytes per token of one decoder layer of the target's shape: ``2 · n_kv · d_h · 2``."""
-    s = target.spec
-    return float(2 * s.num_kv_heads * s.head_dim * BF16_BYTES)
+    # K and V of n_kv heads (an MLA target's module caches one latent row instead).
+    return float(target.counts.kv_elements_per_layer * BF16_BYTES)
 
 
 def eagle1_network(target: Model) -> DraftNetwork:

@@ -29,8 +29,10 @@ def mtp_network(target: Model) -> DraftNetwork:
     s = target.spec
     h = s.hidden_size
     body = 2.0 * h * h + 2.0 * h + decoder_layer_params(target)
+    moe = s.num_experts > 1
     stored_layer = (
         target.attention_params_per_layer
+        + (target.moe_always_on_params_per_layer if moe else 0)
         + s.num_experts * target.expert_params_per_layer
         + target.norm_params_per_layer
     )
@@ -44,7 +46,7 @@ def mtp_network(target: Model) -> DraftNetwork:
         num_gemms=6,
         kv_bytes_per_token=head_kv_bytes_per_token(target),
         num_kv_heads=s.num_kv_heads,
-        attention_flops_per_pair=float(4 * s.num_heads * s.head_dim),
+        attention_flops_per_pair=float(target.counts.pair_flops_per_layer_decode),
     )
 
 

@@ -71,8 +71,12 @@ def decoder_layer_params(target: Model, qkv_input_multiple: int = 1) -> float:
     s = target.spec
     q_out, kv_out = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
     attention = qkv_input_multiple * s.hidden_size * (q_out + 2 * kv_out) + q_out * s.hidden_size
+    if s.attention == "mla":
+        # An MLA target's layer (DeepSeek's MTP module) keeps its low-rank projections.
+        attention = target.attention_params_per_layer
     experts = s.experts_per_token if s.num_experts > 1 else 1
-    return float(attention + experts * target.expert_params_per_layer + 2 * s.hidden_size)
+    shared = target.counts.shared_experts
+    return float(attention + shared + experts * target.expert_params_per_layer + 2 * s.hidden_size)
 
 
 class NetworkCost:

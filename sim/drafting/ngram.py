@@ -61,11 +61,18 @@ def build_ngram(ctx: BuildContext) -> NgramStrategy:
 
     Raise ScenarioError if a tree is given (the lookup proposes one continuation).
     """
+    return build_lookup(ctx, NgramStrategy, "n-gram lookup")
+
+
+def build_lookup(ctx: BuildContext, kind: type[NgramStrategy], what: str) -> Any:
+    """A CPU-lookup strategy of class ``kind`` (its ``name`` keys its draft overheads) drafting
+    a chain of ``num_speculative_tokens``. Raise ScenarioError naming ``what`` if a tree is given.
+    """
     spec = ctx.scenario.speculation
     if spec.tree is not None:
-        raise ScenarioError("speculation.tree: n-gram lookup proposes a chain; remove tree")
-    return NgramStrategy(
+        raise ScenarioError(f"speculation.tree: {what} proposes a chain; remove tree")
+    return kind(
         Proposal.chain(spec.num_speculative_tokens),
         ctx.acceptance(),
-        load_draft_overheads(ctx.engine_preset, "ngram"),
+        load_draft_overheads(ctx.engine_preset, kind.name),
     )

@@ -63,15 +63,18 @@ def plan_memory(
     reserved_bytes: float,
     extra_weight_bytes: float = 0.0,
     extra_kv_bytes_per_token: float = 0.0,
+    weight_bytes_per_gpu: float | None = None,
 ) -> MemoryPlan:
     """Size the KV pool for ``model`` on ``tp`` GPUs.
 
     ``extra_*`` count a drafter's weights and KV kept on the same GPUs (per GPU and in total per
-    token respectively). Raise CatalogueError, with the numbers, if the weights do not fit or no
-    KV block is left.
+    token respectively); ``weight_bytes_per_gpu`` replaces ``weights / tp`` for a deployment that
+    splits experts differently (sim/parallel.py). Raise CatalogueError, with the numbers, if the
+    weights do not fit or no KV block is left.
     """
     usable = gpu_memory_utilization * gpu.memory_bytes
-    weights = model.weight_bytes / tp + extra_weight_bytes
+    own = model.weight_bytes / tp if weight_bytes_per_gpu is None else weight_bytes_per_gpu
+    weights = own + extra_weight_bytes
     activations = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
     kv_per_token = (model.kv_bytes_per_token + extra_kv_bytes_per_token) / min(
         tp, model.spec.num_kv_heads

@@ -18,11 +18,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from sim.catalogue import get_model, gpu_names, model_names
+from sim.precision import WEIGHT_FORMATS
 from sim.scenario import METHODS, Scenario
 from sim.validation.points import ValidationPoint
 
-#: Weight precisions the cost model prices (two bytes per weight; fp16 and bf16 cost the same).
-EXPRESSIBLE_PRECISIONS = ("bf16", "fp16", "fp8")
+#: Weight precisions the cost model prices (sim/precision.py; fp16 and bf16 cost the same).
+EXPRESSIBLE_PRECISIONS = ("fp16", *WEIGHT_FORMATS)
 #: Coefficient of variation of the gamma gaps that stand in for evenly spaced arrivals.
 CONSTANT_RATE_CV = 0.01
 #: Words that mark a mixture-of-experts model outside the catalogue (for grouping only).
@@ -78,7 +79,7 @@ def inexpressible_reason(point: ValidationPoint) -> str:
         reasons.append(f"model {point.model!r} not in the catalogue")
     if point.precision not in EXPRESSIBLE_PRECISIONS:
         reasons.append(
-            f"{point.precision.upper()} weights: the cost model prices 16- and 8-bit weights"
+            f"{point.precision.upper()} weights: not a weight format the cost model prices"
         )
     if point.method not in METHODS:
         reasons.append(f"speculation method {point.method!r} not modelled")
@@ -130,7 +131,9 @@ def build_scenario(point: ValidationPoint, method: str | None = None) -> Scenari
             "seed": 0,
             "hardware": {"gpu": point.gpu, "num_gpus": point.num_gpus},
             "model": point.model,
-            "precision": {"weights": "fp8" if point.precision == "fp8" else "bf16"},
+            "precision": {
+                "weights": point.precision if point.precision in WEIGHT_FORMATS else "bf16"
+            },
             "engine": engine,
             "speculation": speculation,
             "workload": workload,
