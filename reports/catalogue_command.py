@@ -105,6 +105,10 @@ def section_table(section: str, rows: list[dict[str, Any]]) -> Table:
     for key in rows[0] if rows else ("name",):
         wraps = key in ("source", "acceptance_profiles", "engines", "display_name")
         header = key.replace("_", " ")
+        if key == "name":  # a name is what the user types: never cut it
+            longest = max((len(str(row.get(key, ""))) for row in rows), default=4)
+            table.add_column(header, no_wrap=True, min_width=max(longest, len(header)))
+            continue
         table.add_column(
             header,
             no_wrap=not wraps,
