@@ -288,7 +288,7 @@ def build_simulation(
             engine.chunked_prefill,
             engine.kv_rollback,
             strategy.extra_tokens_per_decode,
-            drop_last_cached_block=engine.name == "vllm-v1"
+            drop_last_cached_block=engine.name in ("vllm-v1", "vllm-v1-async")
             and scenario.speculation.method in HIDDEN_STATE_DRAFTERS,
             mixed_batches=batching.mixed_batches,
             max_prefills_per_step=batching.max_prefills_per_step,
