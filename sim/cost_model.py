@@ -110,7 +110,9 @@ class StepCostModel:
     forward; without it only ``step_overhead_s + per_sequence_overhead_s·B`` is added.
     ``speculative``: the steps verify drafts (adds the host's speculative per-sequence work);
     ``cpu_overlap``: whether this run overlaps CPU work with the forward (an engine may turn its
-    overlap off for a speculative method; None takes ``host.cpu_overlap``).
+    overlap off for a speculative method; None takes ``host.cpu_overlap``);
+    ``measured_linear``: whether a measured GEMM grid of the GPU prices the dense linear layers
+    (False when ``efficiency`` is a calibrated profile's, which then prices them).
     Raise ValueError if ``tp`` < 1 or an overhead is negative.
     """
 
@@ -126,6 +128,7 @@ class StepCostModel:
         host: HostCosts | None = None,
         speculative: bool = False,
         cpu_overlap: bool | None = None,
+        measured_linear: bool = True,
     ) -> None:
         if tp < 1:
             raise ValueError(f"tensor-parallel degree must be >= 1, got {tp}")
@@ -147,7 +150,11 @@ class StepCostModel:
         # Measured kernel tables price what they cover on this GPU (engine steps only).
         from sim.kernel_costs import KernelCosts  # the kernel module builds on this one
 
-        self._kernels = KernelCosts(model, gpu, tp, efficiency) if host is not None else None
+        self._kernels = (
+            KernelCosts(model, gpu, tp, efficiency, gemm_grid=measured_linear)
+            if host is not None
+            else None
+        )
         self.speculative = speculative
         self.cpu_overlap = base.cpu_overlap if cpu_overlap is None else cpu_overlap
         self._bw = tp * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s

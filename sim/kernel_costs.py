@@ -33,7 +33,8 @@ from numpy.typing import ArrayLike, NDArray
 from sim.catalogue import BF16_BYTES, GPU, Model
 from sim.cost_model import Efficiency, smooth_max
 from sim.errors import CatalogueError
-from sim.gemm_grid import GRID_DTYPES, LinearCurve, dense_linear_curves, gemm_grid
+from sim.gemm_grid import GRID_DTYPES, LinearCurve, dense_linear_curves
+from sim.gemm_grid import gemm_grid as load_gemm_grid
 from sim.kernels import (
     AllReduceTable,
     DecodeAttention,
@@ -99,10 +100,13 @@ def _roofline(
 class KernelCosts:
     """The measured-kernel operator classes of one model on one node (see the module docstring).
 
-    ``bf16``: the GPU's shipped linear-layer efficiency (for the lm_head and bf16 layers).
+    ``bf16``: the GPU's linear-layer efficiency (for the lm_head and bf16 layers); ``gemm_grid``:
+    whether the GPU's measured GEMM grid, where it has one, prices dense linear layers.
     """
 
-    def __init__(self, model: Model, gpu: GPU, tp: int, bf16: Efficiency) -> None:
+    def __init__(
+        self, model: Model, gpu: GPU, tp: int, bf16: Efficiency, *, gemm_grid: bool = True
+    ) -> None:
         spec = model.spec
         self.num_layers = spec.num_layers
         self.hidden_size = spec.hidden_size
@@ -139,8 +143,9 @@ class KernelCosts:
         self._linear: tuple[_Linear, ...] | None = None
         # Dense models on a GPU with a measured GEMM grid: every shard at its own shape.
         self._grid: tuple[LinearCurve, LinearCurve] | None = None
-        body_grid = gemm_grid(gpu.name, GRID_DTYPES.get(dtype, "")) if not moe else None
-        head_grid = gemm_grid(gpu.name, "bf16") if body_grid is not None else None
+        use_grid = gemm_grid and not moe
+        body_grid = load_gemm_grid(gpu.name, GRID_DTYPES.get(dtype, "")) if use_grid else None
+        head_grid = load_gemm_grid(gpu.name, "bf16") if body_grid is not None else None
         if body_grid is not None and head_grid is not None:
             self._grid = dense_linear_curves(model, tp, body_grid, head_grid)
         elif body_eff is not None and (self._moe is not None or dtype != "bf16"):

@@ -206,6 +206,7 @@ def build_simulation(
     streams = RandomStreams(scenario.seed)
     workload = build_workload(scenario.workload, streams, base_dir)
     efficiency = load_efficiency(gpu.name)
+    fitted = None
     if scenario.engine.profile is not None:
         fitted = load_engine_profile(scenario.engine.profile, base_dir).efficiency
         efficiency = fitted if fitted is not None else efficiency
@@ -236,6 +237,8 @@ def build_simulation(
         engine.per_sequence_overhead_s,
         host=host,
         speculative=method != "none",
+        # A profile's fitted efficiency is the user's own hardware: it prices the linear layers.
+        measured_linear=fitted is None,
     )
     strategy = build_strategy(
         scenario,

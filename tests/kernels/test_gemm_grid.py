@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.catalogue import get_gpu, get_model
-from sim.cost_model import StepCostModel
+from sim.cost_model import StepCostModel, StepShape
 from sim.efficiency import load_efficiency
 from sim.gemm_grid import (
     LinearCurve,
@@ -110,3 +110,17 @@ def test_the_grid_is_what_the_tool_writes_from_the_microbenchmarks() -> None:
     shipped = np.load(REPO_ROOT / "sim" / "data" / "gemm_grid_h100-sxm.npz")
     for key in ("m", "n", "k", "bf16", "fp8"):
         np.testing.assert_allclose(shipped[key], arrays[key], rtol=1e-12)
+
+
+def test_a_calibrated_efficiency_prices_the_linear_layers_instead_of_the_grid() -> None:
+    """A profile's fitted efficiency describes the user's own hardware; the shipped grid gives
+    way to it (``measured_linear=False``), and the roofline with that efficiency is used."""
+    host = replace(load_host_profile("vllm-v1").costs, per_layer_overhead_s=0.0)
+    model, gpu = get_model("llama-3.1-8b"), get_gpu(H100)
+    own = replace(load_efficiency(H100), bandwidth=0.5)
+    cost = StepCostModel(model, gpu, 1, own, 0.0, 0.0, host=host, measured_linear=False)
+    assert cost._kernels is not None and not cost._kernels.prices_linear
+    tokens = np.array([1.0])
+    assert cost.breakdown(StepShape(tokens, tokens, tokens, tokens, tokens))[
+        "linear_s"
+    ] == pytest.approx(cost.linear_s(tokens, tokens))
