@@ -212,3 +212,13 @@ def test_vllm_async_scheduling_hides_exactly_the_work_that_fits_under_the_forwar
     forward = sum(slow[k] for k in ("linear_s", "attention_s", "allreduce_s", "sampling_s"))
     hidden = np.minimum(sync.per_sequence_overhead_s * batch, forward)
     np.testing.assert_allclose(slow["fixed_s"] - fast["fixed_s"], hidden, rtol=1e-9)
+
+
+def test_vllm_async_scheduling_stays_on_only_for_eagle_and_mtp() -> None:
+    """vLLM 0.14 keeps async scheduling for EAGLE/MTP drafts and turns it off for the rest
+    (vllm-project/vllm PR #31998)."""
+    profile = load_host_profile("vllm-v1-async")
+    for method in ("eagle", "eagle3", "mtp", "none"):
+        assert profile.for_method(method)[0].cpu_overlap, method
+    for method in ("draft_model", "ngram", "medusa"):
+        assert not profile.for_method(method)[0].cpu_overlap, method
