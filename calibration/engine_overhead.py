@@ -29,6 +29,7 @@ from sim.catalogue import get_gpu, get_model
 from sim.cost_model import StepCostModel, StepShape
 from sim.efficiency import load_efficiency
 from sim.engine.presets import EnginePreset, get_preset, preset_names
+from sim.gemm_grid import grid_source
 from sim.host_costs import HostCosts, load_host_profile
 
 #: Every preset (aliases are not presets and are not calibrated on their own).
@@ -76,19 +77,38 @@ def calibrated_overhead_s(name: str) -> float:
 
 
 def overhead_interval_s(name: str) -> tuple[float, float]:
-    """The overhead's 95% interval, propagated from the bandwidth efficiency's interval.
+    """The overhead's 95% interval, propagated from the bandwidth efficiency's interval or, on a
+    GPU whose measured GEMM grid prices the linear layers, from the grid's 95th-percentile
+    error against the measurements it leaves out (``sim/gemm_grid.py``).
 
     The measurement's own spread is not published, so this is the physics side's uncertainty only.
     """
     preset = get_preset(name)
     gpu = preset.calibration["target"]["gpu"]
-    lo_bw, hi_bw = _bandwidth_interval(gpu)
     measured = float(preset.calibration["measured_tpot_s"])
+    source = grid_source(gpu)
+    if source is not None and "bf16_off_grid_p95_abs_error" in source:
+        physics = modeled_step_without_overhead_s(preset)
+        band = float(source["bf16_off_grid_p95_abs_error"]) * _linear_s(preset)
+        return measured - physics - band, measured - physics + band
+    lo_bw, hi_bw = _bandwidth_interval(gpu)
     # A higher bandwidth makes the physics faster, leaving more time to the overhead.
     return (
         measured - modeled_step_without_overhead_s(preset, lo_bw),
         measured - modeled_step_without_overhead_s(preset, hi_bw),
     )
+
+
+def _linear_s(preset: EnginePreset) -> float:
+    """The linear layers' share of the calibration step."""
+    target = preset.calibration["target"]
+    model, gpu = get_model(target["model"]), get_gpu(target["gpu"])
+    costs = load_host_profile(preset.name).costs
+    cost = StepCostModel(
+        model, gpu, int(target["num_gpus"]), load_efficiency(gpu.name), 0.0, host=costs
+    )
+    batch = float(target["batch_size"])
+    return float(cost.breakdown(StepShape(batch, batch, batch, batch, batch))["linear_s"])
 
 
 def _bandwidth_interval(gpu: str) -> tuple[float, float]:

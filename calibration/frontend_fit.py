@@ -38,14 +38,15 @@ from sim.run import run_scenario
 from sim.scenario import Scenario, validate_document
 
 #: Presets fitted on their own rows.
-FITTED = ("vllm-v1",)
+FITTED = ("vllm-v1-async",)
 #: Presets that carry another preset's fitted front end, and why (also written in the preset file).
 CARRIED = {
-    "vllm-v0": "vllm-v1",
-    "sglang-0.4": "vllm-v1",
-    "sglang-0.5": "vllm-v1",
-    "trtllm-1.0": "vllm-v1",
-    "llamacpp": "vllm-v1",
+    "vllm-v1": "vllm-v1-async",
+    "vllm-v0": "vllm-v1-async",
+    "sglang-0.4": "vllm-v1-async",
+    "sglang-0.5": "vllm-v1-async",
+    "trtllm-1.0": "vllm-v1-async",
+    "llamacpp": "vllm-v1-async",
 }
 #: Requests per replayed row; the first WARMUP are not measured (the run starts empty).
 NUM_REQUESTS = 300

@@ -95,6 +95,14 @@ FIT_SETS = {
         "both terms fitted: vLLM V1 runs its CPU work in line with the forward, so the batch "
         "dependence shows in TPOT",
     ),
+    "vllm-v1-async": FitSet(
+        None,
+        (),
+        {"per_layer_overhead_s": "vllm-v1", "per_sequence_overhead_s": "vllm-v1"},
+        "no serving rows of a stated vLLM 0.14 or later under load: both terms of the synchronous "
+        "vLLM V1 fit are carried over (the same GPU kernels per layer, the same CPU work per "
+        "sequence, which async scheduling now overlaps with the forward)",
+    ),
     "sglang-0.5": FitSet(
         ("sglang", "0.5.1.post1", ("256", "512")),
         ("per_layer_overhead_s",),

@@ -120,7 +120,9 @@ class StepCostModel:
     forward; without it only ``step_overhead_s + per_sequence_overhead_s·B`` is added.
     ``speculative``: the steps verify drafts (adds the host's speculative per-sequence work);
     ``cpu_overlap``: whether this run overlaps CPU work with the forward (an engine may turn its
-    overlap off for a speculative method; None takes ``host.cpu_overlap``).
+    overlap off for a speculative method; None takes ``host.cpu_overlap``);
+    ``measured_linear``: whether a measured GEMM grid of the GPU prices the dense linear layers
+    (False when ``efficiency`` is a calibrated profile's, which then prices them).
     Raise ValueError if ``tp`` < 1 or an overhead is negative.
     """
 
@@ -137,6 +139,7 @@ class StepCostModel:
         speculative: bool = False,
         cpu_overlap: bool | None = None,
         layout: Layout | None = None,
+        measured_linear: bool = True,
     ) -> None:
         if tp < 1:
             raise ValueError(f"tensor-parallel degree must be >= 1, got {tp}")
@@ -158,7 +161,11 @@ class StepCostModel:
         # Measured kernel tables price what they cover on this GPU (engine steps only).
         from sim.kernel_costs import KernelCosts  # the kernel module builds on this one
 
-        self._kernels = KernelCosts(model, gpu, tp, efficiency) if host is not None else None
+        self._kernels = (
+            KernelCosts(model, gpu, tp, efficiency, gemm_grid=measured_linear)
+            if host is not None
+            else None
+        )
         self.speculative = speculative
         # A deployment of several attention groups or with expert parallelism is priced per GPU
         # by sim/parallel_cost.py; the plain tensor-parallel node by the terms below.

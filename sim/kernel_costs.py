@@ -11,7 +11,9 @@ them into the step's operator classes:
 * **attention**: per layer the larger of the fitted paged decode kernel
   (``floor + B·n_kv·c + KV bytes/(η·BW)``) and the fitted causal prefill kernel
   (``floor + N·n_h·c + 4·n_h·d_h·pairs/(η·F)``), heads split over the TP ranks;
-* **FP8 linear layers**: the decoder's GEMMs at the fitted FP8 efficiency (the lm_head stays bf16);
+* **dense linear layers** (bf16 or FP8 decoder, bf16 lm_head): the measured GEMM grid where the
+  GPU has one (:mod:`sim.gemm_grid`), each layer's tensor-parallel shards priced at their own
+  shapes; elsewhere FP8 decoders at the fitted FP8 efficiency (the lm_head stays bf16);
 * **MoE experts**: ``L`` fused-MoE layers priced by the fitted grouped-GEMM roofline over the
   expected distinct experts the step's tokens touch (uniform top-k routing), the dense part
   (attention projections, router, lm_head) by the linear roofline.
@@ -31,6 +33,8 @@ from numpy.typing import ArrayLike, NDArray
 from sim.catalogue import BF16_BYTES, GPU, Model
 from sim.cost_model import Efficiency, body_peak_flops, smooth_max
 from sim.errors import CatalogueError
+from sim.gemm_grid import GRID_DTYPES, LinearCurve, dense_linear_curves
+from sim.gemm_grid import gemm_grid as load_gemm_grid
 from sim.kernels import (
     AllReduceTable,
     DecodeAttention,
@@ -96,10 +100,13 @@ def _roofline(
 class KernelCosts:
     """The measured-kernel operator classes of one model on one node (see the module docstring).
 
-    ``bf16``: the GPU's shipped linear-layer efficiency (for the lm_head and bf16 layers).
+    ``bf16``: the GPU's linear-layer efficiency (for the lm_head and bf16 layers); ``gemm_grid``:
+    whether the GPU's measured GEMM grid, where it has one, prices dense linear layers.
     """
 
-    def __init__(self, model: Model, gpu: GPU, tp: int, bf16: Efficiency) -> None:
+    def __init__(
+        self, model: Model, gpu: GPU, tp: int, bf16: Efficiency, *, gemm_grid: bool = True
+    ) -> None:
         spec = model.spec
         self.num_layers = spec.num_layers
         self.num_moe_layers = model.num_moe_layers
@@ -133,7 +140,14 @@ class KernelCosts:
             # No GEMM fit for this format here: the shipped dense fit at the format's own peak.
             body_eff = bf16
         self._linear: tuple[_Linear, ...] | None = None
-        if body_eff is not None and (self._moe is not None or dtype != "bf16"):
+        # Dense models on a GPU with a measured GEMM grid: every shard at its own shape.
+        self._grid: tuple[LinearCurve, LinearCurve] | None = None
+        use_grid = gemm_grid and not moe
+        body_grid = load_gemm_grid(gpu.name, GRID_DTYPES.get(dtype, "")) if use_grid else None
+        head_grid = load_gemm_grid(gpu.name, "bf16") if body_grid is not None else None
+        if body_grid is not None and head_grid is not None:
+            self._grid = dense_linear_curves(model, tp, body_grid, head_grid)
+        elif body_eff is not None and (self._moe is not None or dtype != "bf16"):
             body = float(model.dense_linear_params) - head
             peak = body_peak_flops(model, gpu)
             # Without experts the decoder has QKV, O, gate-up and down per layer; with them the
@@ -166,8 +180,8 @@ class KernelCosts:
 
     @property
     def prices_linear(self) -> bool:
-        """Whether the linear layers come from the FP8 or MoE fits."""
-        return self._linear is not None
+        """Whether the linear layers come from the measured GEMM grid or the FP8 or MoE fits."""
+        return self._grid is not None or self._linear is not None
 
     # --- operator classes ---------------------------------------------------------------------
     def allreduce_s(self, num_tokens: ArrayLike, graphed: ArrayLike) -> FloatArray:
@@ -194,9 +208,12 @@ class KernelCosts:
 
     def linear_s(self, num_tokens: ArrayLike, num_logit_tokens: ArrayLike) -> FloatArray:
         """Decoder GEMMs at their precision's efficiency, the bf16 lm_head, and the experts."""
-        assert self._linear is not None
         n = np.asarray(num_tokens, dtype=np.float64)
         n_logits = np.asarray(num_logit_tokens, dtype=np.float64)
+        if self._grid is not None:
+            decoder, lm_head = self._grid
+            return np.asarray(decoder(n) + lm_head(n_logits), dtype=np.float64)
+        assert self._linear is not None
         body, head = self._linear
         out = body.time_s(n, np.zeros_like(n)) + head.time_s(np.zeros_like(n), n_logits)
         if self._moe is not None:

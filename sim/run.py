@@ -219,6 +219,7 @@ def build_simulation(
     streams = RandomStreams(scenario.seed)
     workload = build_workload(scenario.workload, streams, base_dir)
     efficiency = load_efficiency(gpu.name)
+    fitted = None
     if scenario.engine.profile is not None:
         fitted = load_engine_profile(scenario.engine.profile, base_dir).efficiency
         efficiency = fitted if fitted is not None else efficiency
@@ -250,6 +251,8 @@ def build_simulation(
         host=host,
         speculative=method != "none",
         layout=layout,
+        # A profile's fitted efficiency is the user's own hardware: it prices the linear layers.
+        measured_linear=fitted is None,
     )
     strategy = build_strategy(
         scenario,
@@ -306,7 +309,7 @@ def build_simulation(
             engine.chunked_prefill,
             engine.kv_rollback,
             strategy.extra_tokens_per_decode,
-            drop_last_cached_block=engine.name == "vllm-v1"
+            drop_last_cached_block=engine.name in ("vllm-v1", "vllm-v1-async")
             and scenario.speculation.method in HIDDEN_STATE_DRAFTERS,
             mixed_batches=batching.mixed_batches,
             max_prefills_per_step=batching.max_prefills_per_step,

@@ -187,3 +187,38 @@ def test_unknown_preset_names_the_known_ones() -> None:
 def test_negative_host_cost_is_refused() -> None:
     with pytest.raises(ValueError, match="per_layer_overhead_s"):
         HostCosts(per_layer_overhead_s=-1.0)
+
+
+def test_vllm_async_scheduling_hides_exactly_the_work_that_fits_under_the_forward() -> None:
+    """vLLM 0.14+ (``vllm-v1-async``) runs the same CPU work as the synchronous ``vllm-v1``
+    (its terms are carried over), but schedules one step ahead: a decode step saves
+    ``min(per-sequence work, forward)``, and nothing else changes."""
+    sync, asynchronous = (
+        load_host_profile("vllm-v1").costs,
+        load_host_profile("vllm-v1-async").costs,
+    )
+    assert not sync.cpu_overlap and asynchronous.cpu_overlap
+    for name in ("per_layer_overhead_s", "per_sequence_overhead_s", "cuda_graph_max_tokens"):
+        assert getattr(sync, name) == getattr(asynchronous, name)
+    batch = np.array([1.0, 16.0, 64.0, 256.0])
+    shape = StepShape(batch, batch, batch, 1000.0 * batch, 1000.0 * batch)
+    models = [
+        StepCostModel(
+            MODEL, GPU, 1, load_efficiency(GPU.name), 0.0, c.per_sequence_overhead_s, host=c
+        )
+        for c in (sync, asynchronous)
+    ]
+    slow, fast = (m.breakdown(shape) for m in models)
+    forward = sum(slow[k] for k in ("linear_s", "attention_s", "allreduce_s", "sampling_s"))
+    hidden = np.minimum(sync.per_sequence_overhead_s * batch, forward)
+    np.testing.assert_allclose(slow["fixed_s"] - fast["fixed_s"], hidden, rtol=1e-9)
+
+
+def test_vllm_async_scheduling_stays_on_only_for_eagle_and_mtp() -> None:
+    """vLLM 0.14 keeps async scheduling for EAGLE/MTP drafts and turns it off for the rest
+    (vllm-project/vllm PR #31998)."""
+    profile = load_host_profile("vllm-v1-async")
+    for method in ("eagle", "eagle3", "mtp", "none"):
+        assert profile.for_method(method)[0].cpu_overlap, method
+    for method in ("draft_model", "ngram", "medusa"):
+        assert not profile.for_method(method)[0].cpu_overlap, method

@@ -63,7 +63,11 @@ AIC = (
     "aic-core/src/aiconfigurator_core/systems/silicon_sample.csv, row id {id}"
 )
 #: Hugging Face ids of the silicon rows and their catalogue names.
-AIC_MODELS = {"Qwen/Qwen3-32B": "qwen3-32b", "meta-llama/Llama-3.1-70B": "llama-3.1-70b"}
+AIC_MODELS = {
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+}
 BLIS_TRAIN = (
     "inference-sim/training @ ed5c1d26900e, "
     "default_args/{exp}/results/{stage}_lifecycle_metrics.json"
@@ -141,8 +145,10 @@ def host_fit_of(row: dict[str, str]) -> str:
 
 
 def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
-    """TTFT and TPOT of vLLM 0.12.0 and SGLang 0.5.1 serving Qwen3-32B (bf16) on H100, and a few
-    FP8/MoE rows kept as not expressible."""
+    """TTFT and TPOT of vLLM 0.12.0 and SGLang 0.5.1 serving Qwen3-32B (bf16) on H100, Llama-3.1-70B
+    FP8 on H100 and H200, Llama-3.1-8B FP8 on H200 (vLLM 0.12.0, out of sample: a second model
+    family on the engine version the host terms were fitted on), and a few FP8/MoE rows kept as
+    not expressible."""
     rows = _read(shared / "under-load" / "aiconfigurator" / "silicon" / "silicon_sample.csv")
     kept = []
     for row in rows:
@@ -172,6 +178,10 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
             or (
                 r["model_path"] == "meta-llama/Llama-3.1-70B"
                 and (int(r["isl"]), int(r["osl"])) == (1024, 1024)
+            )
+            or (
+                r["model_path"] == "nvidia/Llama-3.1-8B-Instruct-FP8"
+                and r["backend_version"] == "0.12.0"
             )
         )
     ]
@@ -244,7 +254,9 @@ def blis_training(shared: Path) -> Iterator[dict[str, Any]]:
         base = dict(
             source_group="blis-training",
             engine="vLLM (version not stated)",
-            preset="vllm-v1",
+            # Dated 2026-02 (experiment folders), after vLLM 0.14.0 (2026-01-17) made async
+            # scheduling the default: an inference from the dates, said in the notes.
+            preset="vllm-v1-async",
             model=model,
             gpu="h100-sxm",
             num_gpus=int(row["tensor_parallel"]),
@@ -262,7 +274,9 @@ def blis_training(shared: Path) -> Iterator[dict[str, Any]]:
             not_expressible=reason,
             notes=(
                 f"{row['workload_profile']} profile, shared-prefix prompts, ignore_eos; "
-                "lengths are the run's means; 30 s of the stage (at most 300 requests) simulated"
+                "lengths are the run's means; 30 s of the stage (at most 300 requests) simulated; "
+                "vllm-v1-async preset: the run is dated 2026-02, after async scheduling became "
+                "vLLM's default in 0.14.0"
             ),
         )
         stem = f"blis-{row['experiment'].split('-', 2)[2]}-{row['stage']}"

@@ -8,10 +8,14 @@ one-replica fleet is the plain node, record for record; and runs are reproducibl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from tests.fleet.helpers import run
+from sim.run import run_scenario
+from sim.scenario import validate_document
+from tests.fleet.helpers import document, run
 
 ROUTERS = ["round_robin", "least_outstanding", "least_kv"]
 
@@ -26,7 +30,11 @@ def test_one_replica_fleet_is_the_plain_node(router: str, method: str) -> None:
     speculation = {"method": method}
     if method != "none":
         speculation["acceptance"] = {"alpha": 0.7}  # type: ignore[assignment]
-    node = run(None, speculation=speculation, num_requests=200)
+    # A fleet has no per-replica front end (its router stands in front of the replicas), so the
+    # plain node it must equal is one without a front end.
+    plain = document(None, speculation=speculation, num_requests=200)
+    plain["engine"] = {"frontend": {"enabled": False}}
+    node = run_scenario(validate_document(plain, "fleet-test"), Path("."))
     fleet = run({"replicas": 1, "router": router}, speculation=speculation, num_requests=200)
     for name, column in node.requests.items():
         assert _same(column, fleet.requests[name]), name

@@ -1,0 +1,126 @@
+"""The measured GEMM grid prices dense linear layers: it reproduces its own measurements, follows
+the physics at its edges, and is used exactly where the GPU has one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sim.catalogue import get_gpu, get_model
+from sim.cost_model import StepCostModel, StepShape
+from sim.efficiency import load_efficiency
+from sim.gemm_grid import (
+    LinearCurve,
+    decoder_shapes,
+    dense_linear_curves,
+    gemm_grid,
+    grid_source,
+)
+from sim.host_costs import load_host_profile
+from tests.kernels.shared_data import REPO_ROOT, SHARED, needs_shared
+
+H100 = "h100-sxm"
+
+
+def test_grid_points_come_back_exactly_and_every_dtype_is_sourced() -> None:
+    meta = grid_source(H100)
+    assert meta is not None and "gemm_perf" in meta["source"] and meta["commit"]
+    for dtype in ("bf16", "fp8"):
+        grid = gemm_grid(H100, dtype)
+        assert grid is not None
+        for b, c in ((3, 5), (10, 12), (len(grid.n) - 1, len(grid.k) - 1)):
+            curve = grid.curve_s(grid.n[b], grid.k[c])
+            np.testing.assert_allclose(np.log(curve), grid.log_t[:, b, c], rtol=0, atol=1e-12)
+
+
+def test_a_gpu_without_gemm_measurements_has_no_grid() -> None:
+    # The H200 folder holds collectives only: its linear layers stay on the roofline.
+    assert gemm_grid("h200", "bf16") is None
+    assert gemm_grid(H100, "int4") is None
+
+
+@given(st.floats(1.0, 60000.0), st.floats(1.0, 60000.0))
+def test_more_rows_never_take_less_time(m1: float, m2: float) -> None:
+    grid = gemm_grid(H100, "bf16")
+    assert grid is not None
+    curve = LinearCurve(grid.m, grid.curve_s(8192, 8192))
+    low, high = sorted((m1, m2))
+    assert curve(np.array([low]))[0] <= curve(np.array([high]))[0] * (1 + 1e-12)
+
+
+def test_compute_bound_edge_grows_linearly_and_no_rows_cost_nothing() -> None:
+    """Past the measured rows a GEMM is compute-bound: twice the rows, twice the time (the
+    log-log slope of the last measured segment, within 10 %)."""
+    grid = gemm_grid(H100, "bf16")
+    assert grid is not None
+    curve = LinearCurve(grid.m, grid.curve_s(8192, 8192))
+    top = grid.m[-1]
+    ratio = curve(np.array([4 * top]))[0] / curve(np.array([2 * top]))[0]
+    assert ratio == pytest.approx(2.0, rel=0.1)
+    assert curve(np.array([0.0]))[0] == 0.0
+
+
+def test_decoder_shards_follow_megatron_sharding() -> None:
+    model = get_model("llama-3.1-70b")
+    s = model.spec
+    qkv, o, gate_up, down = decoder_shapes(model, 4)
+    assert qkv == ((s.num_heads + 2 * s.num_kv_heads) * s.head_dim // 4, s.hidden_size)
+    assert o == (s.hidden_size, s.num_heads * s.head_dim // 4)
+    assert gate_up == (2 * s.intermediate_size // 4, s.hidden_size)
+    assert down == (s.hidden_size, s.intermediate_size // 4)
+    body, head = gemm_grid(H100, "bf16"), gemm_grid(H100, "bf16")
+    assert body is not None and head is not None
+    with pytest.raises(ValueError, match="mixture of experts"):
+        dense_linear_curves(get_model("mixtral-8x7b"), 2, body, head)
+
+
+def _cost_model(gpu: str, model: str, tp: int) -> StepCostModel:
+    host = replace(load_host_profile("vllm-v1").costs, per_layer_overhead_s=0.0)
+    return StepCostModel(
+        get_model(model), get_gpu(gpu), tp, load_efficiency(gpu), 0.0, 0.0, host=host
+    )
+
+
+def test_the_step_cost_uses_the_grid_where_measured_and_the_roofline_elsewhere() -> None:
+    on_h100 = _cost_model(H100, "llama-2-70b", 4)
+    body, head = gemm_grid(H100, "bf16"), gemm_grid(H100, "bf16")
+    assert body is not None and head is not None
+    decoder, lm_head = dense_linear_curves(get_model("llama-2-70b"), 4, body, head)
+    tokens = np.array([1.0, 64.0, 300.0, 2048.0])
+    logits = np.array([1.0, 64.0, 1.0, 1.0])
+    expected = decoder(tokens) + lm_head(logits)
+    assert on_h100._kernels is not None
+    np.testing.assert_allclose(on_h100._kernels.linear_s(tokens, logits), expected, rtol=1e-12)
+    on_h200 = _cost_model("h200", "llama-2-70b", 4)
+    assert on_h200._kernels is None or not on_h200._kernels.prices_linear
+
+
+@needs_shared
+def test_the_grid_is_what_the_tool_writes_from_the_microbenchmarks() -> None:
+    from tools.kernel_gemm_grid import build
+    from tools.kernel_sources import read_table
+
+    found = read_table(SHARED, H100, "gemm")
+    assert found is not None
+    arrays = build(found[0])
+    shipped = np.load(REPO_ROOT / "sim" / "data" / "gemm_grid_h100-sxm.npz")
+    for key in ("m", "n", "k", "bf16", "fp8"):
+        np.testing.assert_allclose(shipped[key], arrays[key], rtol=1e-12)
+
+
+def test_a_calibrated_efficiency_prices_the_linear_layers_instead_of_the_grid() -> None:
+    """A profile's fitted efficiency describes the user's own hardware; the shipped grid gives
+    way to it (``measured_linear=False``), and the roofline with that efficiency is used."""
+    host = replace(load_host_profile("vllm-v1").costs, per_layer_overhead_s=0.0)
+    model, gpu = get_model("llama-3.1-8b"), get_gpu(H100)
+    own = replace(load_efficiency(H100), bandwidth=0.5)
+    cost = StepCostModel(model, gpu, 1, own, 0.0, 0.0, host=host, measured_linear=False)
+    assert cost._kernels is not None and not cost._kernels.prices_linear
+    tokens = np.array([1.0])
+    assert cost.breakdown(StepShape(tokens, tokens, tokens, tokens, tokens))[
+        "linear_s"
+    ] == pytest.approx(cost.linear_s(tokens, tokens))
