@@ -127,6 +127,14 @@ FIT_SETS = {
         "no vLLM 0.5/0.6 serving rows under load: the per-layer term of vLLM V1 is carried over; "
         "the per-sequence term is a V0-like engine's measured CPU cost (see sources)",
     ),
+    "trtllm-1.0": FitSet(
+        None,
+        (),
+        {"per_layer_overhead_s": "vllm-v1", "per_sequence_overhead_s": "vllm-v1"},
+        "no TensorRT-LLM serving rows with a host-cost signal were fitted: both terms of the vLLM "
+        "V1 fit are carried over (an assumption: the same kernels per layer, comparable CPU work "
+        "per sequence, overlapped with the forward)",
+    ),
 }
 
 
