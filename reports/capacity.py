@@ -1,8 +1,12 @@
 """Capacity planning (``specsim plan``): the highest Poisson request rate each method sustains.
 
-The search (:class:`reports.rate_search.RateSearch`) brackets the answer from the scenario's own
-rate, doubling while the rate holds or halving while it fails, then bisects until the bracket is
-narrower than a relative tolerance. Each probed rate is a :class:`reports.probes.Probe`: every
+Each method's search starts at the node's saturation throughput, measured by one closed-loop
+run that keeps the batch full (:func:`reports.probes.run_saturation`): no open-loop rate above it
+is stable, and the stable capacity lies a few percent below it. The search
+(:class:`reports.rate_search.RateSearch`) moves from there by steps that start at the tolerance
+and double until the answer is bracketed, then bisects until the bracket is narrower than the
+tolerance. A method whose saturation run cannot be made starts from the scenario's own rate,
+doubling or halving. Each probed rate is a :class:`reports.probes.Probe`: every
 seed runs on a steady window and is judged for stability and the SLO with confidence intervals
 (:mod:`reports.stability`); undecided seeds rerun longer, and the rate holds only if it holds in
 every seed. Methods advance independently in parallel processes: each submits its next runs
@@ -33,7 +37,14 @@ import pandas as pd
 from reports.goodput import DEFAULT_MIN_FRACTION, GoodputTarget, parse_goodput
 from reports.intervals import CONFIDENCE
 from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row
-from reports.probes import PROBE_TRIM_FRACTIONS, Probe, ignore_sigint, probe_document, run_probe
+from reports.probes import (
+    PROBE_TRIM_FRACTIONS,
+    Probe,
+    ignore_sigint,
+    probe_document,
+    run_probe,
+    run_saturation,
+)
 from reports.rate_search import RateSearch
 from reports.stability import MAX_OVERLOAD, MIN_TREND, Target
 from sim.errors import ScenarioError, SpecsimError
@@ -74,14 +85,37 @@ def _advance(plan: MethodPlan, seeds: list[int], base: int, maximum: int) -> lis
             rate = plan.search.next_rate()
             if rate is None:
                 return []
-            plan.current = Probe(rate, list(seeds), base, maximum)
+            plan.current = Probe(rate, list(seeds), base, maximum, lead=plan.lead_seed)
         pending = plan.current.pending()
         if pending:
             return pending
         plan.probes.append(plan.current)
         plan.search.record(plan.current.rate_per_s, plan.current.holds)
+        failing = plan.current.first_failing()
+        plan.lead_seed = plan.lead_seed if failing is None else failing
         plan.current = None
     return []
+
+
+def saturation_rates(
+    documents: dict[str, dict[str, Any]],
+    base_dir: Path,
+    source: str,
+    seed: int,
+    num_requests: int,
+    executor: Executor,
+) -> dict[str, float | None]:
+    """Each method's saturation throughput (None where its run could not be made: its probes
+    will say why), the runs side by side on ``executor``."""
+    futures = {
+        method: executor.submit(run_saturation, document, str(base_dir), source, seed, num_requests)
+        for method, document in documents.items()
+    }
+    rates: dict[str, float | None] = {}
+    for method, future in futures.items():
+        outcome = future.result()
+        rates[method] = outcome if isinstance(outcome, float) and outcome > 0 else None
+    return rates
 
 
 def search_capacity(
@@ -146,6 +180,8 @@ def probes_frame(plans: list[MethodPlan]) -> pd.DataFrame:
                     "holds": probe.holds,
                     "seed_holds": probe.seed_holds(seed),
                     "verdict": run.verdict,
+                    "point_verdict": judgement.get("point_verdict"),
+                    "decided_by": probe.decided_by(seed),
                     "stability": judgement["stability"],
                     "offered_rate_req_s": judgement["offered_rate_req_s"],
                     "served_rate_req_s": judgement["served_rate_req_s"],
@@ -244,23 +280,29 @@ def plan_capacity(
         raise ScenarioError(f"--max-requests {maximum} is below --requests {base}")
     start_rate = float(getattr(scenario.workload.arrival, "rate_per_s", None) or 1.0)
     seeds = [scenario.seed + i for i in range(num_seeds)]
-    documents, plans = {}, []
+    documents, adjustments = {}, {}
     for method in methods:
         variant, notes = method_document(document, method)
         # Fail fast on a schema error; an unsupported method shows only when it runs.
         validate_document(probe_document(variant, start_rate, seeds[0], base), source)
-        documents[method] = variant
-        plans.append(MethodPlan(method, notes, RateSearch(start_rate, tolerance)))
+        documents[method], adjustments[method] = variant, notes
+    plans: list[MethodPlan] = []
     header = {
         "scenario": scenario.name,
         "slo": [str(target) for target in targets],
+        "search": (
+            "from each method's saturation throughput (a closed loop keeping the batch full, "
+            f"seed {seeds[0]}, {base} requests), steps of {tolerance:g} of the rate doubling "
+            "until the answer is bracketed, then bisection; without it, from the scenario's "
+            f"rate ({start_rate:g}/s) doubling or halving"
+        ),
         "criterion": (
             f"a rate holds when, in every seed, the node is stable (served >= "
             f"{1 - MAX_OVERLOAD:.0%} of offered; waiting time with no upward trend: slope "
             f"not shown above {MIN_TREND:g} s/s and shown at most {MAX_OVERLOAD:g} s/s) and "
             f"every SLO term holds, each shown at {(1 + CONFIDENCE) / 2:.0%} confidence on a "
-            f"steady window; undecided runs are lengthened up to {maximum} requests and count "
-            "as failing there"
+            f"steady window; undecided runs are lengthened up to {maximum} requests, where the "
+            "point figures on the steady window decide (too few requests there: fails)"
         ),
         "tie_break": "methods whose intervals overlap are tied; among them the winner is the "
         f"first of {', '.join(TIE_BREAK_ORDER)} present, else the highest max rate",
@@ -293,6 +335,15 @@ def plan_capacity(
     executor = make_executor(min(workers, len(methods) * num_seeds))
     interrupted = False
     try:
+        bounds = saturation_rates(documents, base_dir, source, seeds[0], base, executor)
+        for method in methods:
+            bound = bounds[method]
+            search = (
+                RateSearch(bound, tolerance, first_step=tolerance)
+                if bound is not None
+                else RateSearch(start_rate, tolerance)
+            )
+            plans.append(MethodPlan(method, adjustments[method], search, saturation_rate=bound))
         search_capacity(
             plans, documents, base_dir, targets, seeds=seeds, base_requests=base,
             max_requests=maximum, executor=executor,

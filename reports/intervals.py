@@ -7,7 +7,12 @@ Modeling and Analysis*, 5th ed., §9.5.3): the samples, in time order, are cut i
 against the correlation time, and the spread of those means gives the variance.
 
 * A **trend** is the least-squares slope of the batch means against the batches' mean times, with
-  a Student t interval on ``B − 2`` degrees of freedom.
+  a Student t interval on ``B − 2`` degrees of freedom, widened to at least the worst case that
+  any correlation allows: the slope is ``Σ c_i y_i`` with ``Σ c_i = 0``, and since
+  ``|Cov(y_i, y_j)| ≤ σ²`` its variance is at most ``(σ Σ|c_i|)²``, ``σ`` being the spread of the
+  batch means about the line. Near saturation a queue's waiting time wanders for longer than a
+  batch, so batch means of a stable queue can show a "trend" the t interval would take for
+  growth; this bound does not shrink with the number of batches, only with the span.
 * A **mean** gets a t interval on ``B − 1`` degrees of freedom.
 * A **quantile** gets the distribution-free order-statistic interval (Hahn & Meeker, *Statistical
   Intervals*, 2nd ed., §5.2): ranks ``l, u`` with ``P(l ≤ Binomial(n, q) < u) ≥ 1 − α``, computed
@@ -95,14 +100,22 @@ def slope_interval(x: FloatArray, y: FloatArray) -> Interval:
 
 
 def trend(times: FloatArray, values: FloatArray) -> Interval:
-    """Slope of ``values`` against ``times`` (samples in time order) over batch means.
+    """Slope of ``values`` against ``times`` (samples in time order) over batch means: the t
+    interval of :func:`slope_interval`, or the worst-case-correlation one if that is wider.
 
     Raise ValueError if there are fewer samples than batches.
     """
     slices = batch_slices(len(times))
     x = np.array([times[s].mean() for s in slices])
     y = np.array([values[s].mean() for s in slices])
-    return slope_interval(x, y)
+    fitted = slope_interval(x, y)
+    dx = x - x.mean()
+    weights = dx / float((dx * dx).sum())  # slope = Σ weights_i · y_i
+    residual = y - y.mean() - fitted.value * dx
+    spread = math.sqrt(float((residual * residual).sum()) / (len(y) - 2))
+    worst = float(stats.norm.ppf(0.5 + CONFIDENCE / 2)) * spread * float(np.abs(weights).sum())
+    half = max(fitted.high - fitted.value, worst)
+    return Interval(fitted.value, fitted.value - half, fitted.value + half)
 
 
 def mean_interval(values: FloatArray, weights: FloatArray) -> Interval:

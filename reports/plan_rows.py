@@ -39,6 +39,8 @@ class MethodPlan:
     current: Probe | None = None
     reason: str | None = None
     interrupted: bool = False
+    saturation_rate: float | None = None  # where the search started, if measured
+    lead_seed: int | None = None  # the seed that failed at the last failing rate
 
     @property
     def status(self) -> str:
@@ -86,6 +88,7 @@ def plan_row(
         "reason": plan.reason,
         "adjustments": "; ".join(plan.adjustments) or None,
         "max_rate_per_s": None,
+        "saturation_rate_per_s": plan.saturation_rate,
         "bracket_low_per_s": search.holds_at,
         "bracket_high_per_s": search.fails_at,
         "num_probes": len(plan.probes),
@@ -132,6 +135,7 @@ def at_max_figures(probe: Probe, seeds: list[int]) -> dict[str, Any]:
         "requests_per_seed_at_max": [run.num_requests for run in runs],
         "offered_rate_per_seed_req_s": [run.judgement["offered_rate_req_s"] for run in runs],
         "served_rate_per_seed_req_s": [run.judgement["served_rate_req_s"] for run in runs],
+        "decided_by_at_max": [probe.decided_by(seed) for seed in seeds],
         "stability_at_max": "stable"
         if all(run.judgement["stability"] == "holds" for run in runs)
         else "unstable",

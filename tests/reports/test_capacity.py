@@ -52,8 +52,10 @@ def test_a_bad_slo_term_is_named(text: str, named: str) -> None:
         parse_slo(text)
 
 
-def _search(threshold: float, start: float, tolerance: float) -> RateSearch:
-    search = RateSearch(start, tolerance)
+def _search(
+    threshold: float, start: float, tolerance: float, first_step: float = 1.0
+) -> RateSearch:
+    search = RateSearch(start, tolerance, first_step)
     for _ in range(200):
         rate = search.next_rate()
         if rate is None:
@@ -62,17 +64,27 @@ def _search(threshold: float, start: float, tolerance: float) -> RateSearch:
     raise AssertionError("the search did not stop")
 
 
+def test_a_start_within_the_tolerance_of_the_answer_brackets_it_in_two_probes() -> None:
+    # Start just above the threshold with a first step of the tolerance: the start fails, the
+    # rate one step below holds, and that bracket, start·(1 − 1/1.05) = 4.8% wide, is narrow
+    # enough; double-or-halve steps take six (100, 50, 75, 87.5, 93.75, 96.875).
+    near = _search(threshold=97.0, start=100.0, tolerance=0.05, first_step=0.05)
+    assert near.num_recorded == 2 and near.holds_at == pytest.approx(100.0 / 1.05)
+    assert _search(threshold=97.0, start=100.0, tolerance=0.05).num_recorded == 6
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     start=st.floats(0.1, 100.0),
     ratio=st.floats(1.01 * 2.0**-MAX_HALVINGS, 1e3),
     tolerance=st.floats(0.01, 0.3),
+    first_step=st.floats(0.01, 1.0),
 )
 def test_the_bracket_always_holds_the_threshold_and_is_narrow(
-    start: float, ratio: float, tolerance: float
+    start: float, ratio: float, tolerance: float, first_step: float
 ) -> None:
     threshold = start * ratio
-    search = _search(threshold, start, tolerance)
+    search = _search(threshold, start, tolerance, first_step)
     assert search.status == "ok"
     assert search.holds_at is not None and search.fails_at is not None
     assert search.holds_at <= threshold < search.fails_at
