@@ -34,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from reports.fleet_plan import nodes_needed
 from reports.goodput import DEFAULT_MIN_FRACTION, GoodputTarget, parse_goodput
 from reports.intervals import CONFIDENCE
 from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row
@@ -46,6 +47,7 @@ from reports.probes import (
     run_saturation,
 )
 from reports.rate_search import RateSearch
+from reports.slo import SloTerm
 from reports.stability import MAX_OVERLOAD, MIN_TREND, Target
 from sim.errors import ScenarioError, SpecsimError
 from sim.output import write_json, write_table
@@ -159,6 +161,51 @@ def search_capacity(
                 submit(plan)
         if on_progress is not None:
             on_progress()
+
+
+def verify_nodes(
+    result: dict[str, Any],
+    documents: dict[str, dict[str, Any]],
+    base_dir: Path,
+    source: str,
+    targets: list[Target],
+    *,
+    target_qps: float,
+    gpu_hour_usd: float | None,
+    base_requests: int,
+    executor: Executor,
+) -> dict[str, Any] | None:
+    """How many nodes the winner needs at ``target_qps``, verified by fleet runs
+    (:func:`reports.fleet_plan.nodes_needed`: the smallest N that holds the SLO terms in every
+    seed, N − 1 failing), each replica offered about a probe's worth of requests; the winner's
+    row gets ``nodes_needed`` and the fleet's cost. Returns the fleet plan, or None when there is
+    no winner or no SLO term to hold (a goodput target alone).
+
+    Raise SpecsimError if a fleet run cannot be built.
+    """
+    winner = result["winner"]
+    terms = [t for t in targets if isinstance(t, SloTerm)]
+    if winner is None or not terms:
+        return None
+    row = next(r for r in result["methods"] if r["method"] == winner)
+    estimate = int(row["nodes_estimate"])
+    seeds = list(result["seeds"])
+    document = probe_document(documents[winner], target_qps, seeds[0], base_requests)
+    fleet = nodes_needed(
+        validate_document(document, source),
+        base_dir,
+        target_qps,
+        terms,
+        single_node_max_rate_per_s=row["max_rate_per_s"],
+        price_per_gpu_hour=gpu_hour_usd,
+        seeds=seeds,
+        num_requests=base_requests * estimate,
+        executor=executor,
+    )
+    row["nodes_needed"] = fleet.num_units
+    row["fleet_cost_per_hour_usd"] = fleet.cost_per_hour_usd
+    row["fleet_cost_per_million_output_tokens_usd"] = fleet.cost_per_million_output_tokens_usd
+    return fleet.to_dict()
 
 
 def probes_frame(plans: list[MethodPlan]) -> pd.DataFrame:
@@ -362,6 +409,15 @@ def plan_capacity(
     save_plan(out_dir, result, plans)
     if interrupted:
         return result
+    if target_qps is not None and result["winner"] is not None:
+        with make_executor(min(workers, num_seeds)) as fleet_executor:
+            result["fleet"] = verify_nodes(
+                result, documents, base_dir, source, targets, target_qps=target_qps,
+                gpu_hour_usd=gpu_hour_usd, base_requests=base, executor=fleet_executor,
+            )  # fmt: skip
+        if result["fleet"] is None:
+            result["notes"].append("nodes not verified by a fleet run: the plan has no SLO term")
+        save_plan(out_dir, result, plans)
     if all(plan.reason is not None for plan in plans):
         raise SpecsimError(
             "no method could run: " + "; ".join(f"{p.method}: {p.reason}" for p in plans)
@@ -388,4 +444,9 @@ def _notes(
         notes.append("no --gpu-hour-usd given: cost per million output tokens not computed")
     if target_qps is None:
         notes.append("no --target-qps given: nodes needed not computed")
+    else:
+        notes.append(
+            "nodes: the winner's count is verified by fleet runs at the target rate; the other "
+            "methods' ~N is ceil(target / max rate), where that search would start"
+        )
     return notes

@@ -75,10 +75,12 @@ def plan_row(
     gpu_hour_usd: float | None,
 ) -> dict[str, Any]:
     """One method's answer: rate, bracket, per-seed rates, interval, the figures at the max rate,
-    nodes needed and cost.
+    a first estimate of the nodes needed, and cost.
 
-    Nodes needed = ceil(target_qps / max rate). Cost per million output tokens =
-    gpu_hour_usd × num_gpus / (output tokens per hour at the max rate) × 1e6.
+    ``nodes_estimate`` = ceil(target_qps / max rate): where the fleet search starts;
+    ``nodes_needed`` is filled in only by a verified fleet run
+    (:func:`reports.capacity.verify_nodes`). Cost per million output tokens of one node at its
+    max rate = gpu_hour_usd × num_gpus / (output tokens per hour at the max rate) × 1e6.
     """
     search = plan.search
     runs = [run for probe in plan.probes for seed_runs in probe.runs.values() for run in seed_runs]
@@ -117,7 +119,8 @@ def plan_row(
     row.update(at_max_figures(at_max, seeds))
     throughput = row["output_throughput_tok_s"]
     rate = row["max_rate_per_s"]
-    row["nodes_needed"] = math.ceil(target_qps / rate) if target_qps is not None else None
+    row["nodes_estimate"] = math.ceil(target_qps / rate) if target_qps is not None else None
+    row["nodes_needed"] = None
     row["cost_per_million_output_tokens_usd"] = (
         gpu_hour_usd * num_gpus / (throughput * 3600.0) * 1e6
         if gpu_hour_usd is not None and throughput

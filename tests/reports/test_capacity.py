@@ -163,13 +163,13 @@ def test_the_row_reports_the_rate_every_seed_held_nodes_and_cost() -> None:
     assert (row["bracket_low_per_s"], row["bracket_high_per_s"]) == (10.0, 11.0)
     assert row["per_seed_max_rate_per_s"] == [11.0, 10.0]
     assert (row["interval_low_per_s"], row["interval_high_per_s"]) == (10.0, 11.0)
-    assert row["nodes_needed"] == 10
+    assert row["nodes_estimate"] == 10 and row["nodes_needed"] is None  # no fleet run here
     assert row["served_rate_per_seed_req_s"] == [10.0, 10.0]
     assert row["ttft_p99_ms_interval_at_max"] == [[90.0, 120.0], [90.0, 120.0]]
     # 1000 tok/s = 3.6e6 tok/h on 2 GPUs at $3/h: $6 per 3.6e6 tokens.
     assert row["cost_per_million_output_tokens_usd"] == pytest.approx(6.0 / 3.6)
     free = plan_row(plan, [0, 1], num_gpus=2, target_qps=None, gpu_hour_usd=None)
-    assert free["nodes_needed"] is None and free["cost_per_million_output_tokens_usd"] is None
+    assert free["nodes_estimate"] is None and free["cost_per_million_output_tokens_usd"] is None
 
 
 def test_no_stable_rate_is_said_not_replaced_by_the_lowest_probe() -> None:
@@ -177,7 +177,7 @@ def test_no_stable_rate_is_said_not_replaced_by_the_lowest_probe() -> None:
     row = plan_row(plan, [0], num_gpus=1, target_qps=10.0, gpu_hour_usd=None)
     assert row["status"] == "no_stable_rate" and row["max_rate_per_s"] is None
     assert row["reason"].startswith("no stable rate") and "1 req/s" in row["reason"]
-    assert "nodes_needed" not in row
+    assert "nodes_needed" not in row and "nodes_estimate" not in row
 
 
 def _row(method: str, rate: float, low: float, high: float | None) -> dict[str, Any]:
@@ -243,7 +243,14 @@ def test_plan_end_to_end_and_its_answer_holds_in_a_ten_times_longer_run(
     low, high = row["bracket_low_per_s"], row["bracket_high_per_s"]
     assert row["status"] == "ok" and row["max_rate_per_s"] == low < high
     assert high - low <= 0.1 * high
-    assert row["nodes_needed"] == math.ceil(500 / low)
+    # Nodes: the estimate is where the fleet search starts; the answer is verified by fleet runs
+    # at 500 req/s: N holds in every seed and N - 1 does not.
+    assert row["nodes_estimate"] == math.ceil(500 / low)
+    fleet = plan["fleet"]
+    assert row["nodes_needed"] == fleet["num_units"] and fleet["target_rate_per_s"] == 500
+    verdicts = {probe["num_units"]: probe["holds"] for probe in fleet["probes"]}
+    assert verdicts[fleet["num_units"]] and all(len(p["seed_holds"]) == 2 for p in fleet["probes"])
+    assert fleet["num_units"] == 1 or verdicts[fleet["num_units"] - 1] is False
     assert row["stability_at_max"] == "stable" and len(row["served_rate_per_seed_req_s"]) == 2
     probes = pd.read_csv(out / "probes.csv")
     assert probes[probes["rate_per_s"] == low]["verdict"].eq("holds").all()
