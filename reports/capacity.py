@@ -80,14 +80,33 @@ def make_executor(workers: int) -> Executor:
     return ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
 
 
+def _unconfirmed(plan: MethodPlan, maximum: int) -> float | None:
+    """The search's answer if no probe there ran every seed at ``maximum`` requests, else None."""
+    rate = plan.search.holds_at
+    if rate is None:
+        return None
+    at_rate = [p for p in plan.probes if p.rate_per_s == rate]
+    confirmed = any(
+        all((run := p.last(seed)) is not None and run.num_requests >= maximum for seed in p.seeds)
+        for p in at_rate
+    )
+    return None if confirmed else rate
+
+
 def _advance(plan: MethodPlan, seeds: list[int], base: int, maximum: int) -> list[tuple[int, int]]:
-    """Settle finished probes into the search and return the runs ``plan`` needs next."""
+    """Settle finished probes into the search and return the runs ``plan`` needs next. Once the
+    search has its answer, that rate is run again in every seed at ``maximum`` requests unless
+    it already was: the rate a plan reports is the one a user bets on, so it is judged on the
+    longest runs (if they refute it, the search goes on below it)."""
     while plan.reason is None:
         if plan.current is None:
             rate = plan.search.next_rate()
+            length = base
             if rate is None:
-                return []
-            plan.current = Probe(rate, list(seeds), base, maximum, lead=plan.lead_seed)
+                rate, length = _unconfirmed(plan, maximum), maximum
+                if rate is None:
+                    return []
+            plan.current = Probe(rate, list(seeds), length, maximum, lead=plan.lead_seed)
         pending = plan.current.pending()
         if pending:
             return pending

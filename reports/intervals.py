@@ -21,6 +21,11 @@ against the correlation time, and the spread of those means gives the variance.
   classical interval for independent samples; correlation only widens it.
 * A **proportion** gets the Clopper–Pearson interval on the same effective sample size.
 
+Batch means of a queue near saturation stay correlated when a batch is shorter than the time
+the queue takes to forget a burst; the variance from batch means is then widened by their lag-1
+correlation ρ as for an AR(1) series, ``(1 + ρ)/(1 − ρ)`` (ρ floored at 0 and capped at
+:data:`MAX_LAG1_CORRELATION`), for slopes and shares alike.
+
 All intervals are two-sided at :data:`CONFIDENCE` (90%), so each side is a one-sided 95% bound:
 a decision "below the bound" or "above the bound" is taken at 95% confidence.
 """
@@ -152,7 +157,9 @@ def variance_inflation(indicator: FloatArray, weights: FloatArray) -> float:
     # Var of the overall share from the batch means: s² / B, times mean(size²) / mean(size)²
     # for batches of unequal weight (1 when they are equal).
     unequal = float((sizes**2).mean() / sizes.mean() ** 2)
-    batch_var = float(np.var(means, ddof=1)) / len(means) * unequal
+    # Batches shorter than the correlation time leave the batch means correlated; their lag-1
+    # correlation widens the variance as for an AR(1) series, as for the slope.
+    batch_var = float(np.var(means, ddof=1)) / len(means) * unequal * ar1_inflation(means)
     return max(1.0, batch_var / binomial)
 
 

@@ -39,9 +39,10 @@ class RateSearch:
         self.start_rate = start_rate
         self.tolerance = tolerance
         self.first_step = first_step
-        self.holds_at: float | None = None  # highest rate known to hold
+        self.holds_at: float | None = None  # highest rate known to hold below fails_at
         self.fails_at: float | None = None  # lowest rate known to fail
         self.num_recorded = 0
+        self._held: list[float] = []
 
     def _factor(self) -> float:
         """The bracketing move after ``num_recorded`` probes: ``1 + first_step · 2^(k−1)``,
@@ -63,12 +64,16 @@ class RateSearch:
         return 0.5 * (lo + hi)
 
     def record(self, rate_per_s: float, holds: bool) -> None:
-        """Take the verdict at ``rate_per_s``."""
+        """Take the verdict at ``rate_per_s``. A failure at a rate that held before (a longer
+        run refuting a shorter one) withdraws it: the bracket's lower end falls to the highest
+        rate held below the lowest failure."""
         self.num_recorded += 1
         if holds:
-            self.holds_at = rate_per_s if self.holds_at is None else max(self.holds_at, rate_per_s)
+            self._held.append(rate_per_s)
         else:
             self.fails_at = rate_per_s if self.fails_at is None else min(self.fails_at, rate_per_s)
+        below = [r for r in self._held if self.fails_at is None or r < self.fails_at]
+        self.holds_at = max(below, default=None)
 
     @property
     def status(self) -> str:

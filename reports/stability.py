@@ -156,10 +156,8 @@ def judge_run(
     run's ``point_verdict``: the same criteria read from point figures on the fixed steady window.
 
     A run whose steady window holds fewer than :data:`MIN_MEASURED` requests is undecided (too
-    short). An SLO term shown failing on the fixed steady window fails the run even when MSER-5
-    finds no steady state: a node still filling up only gets slower, so a latency already shown
-    above its bound there stays above it (stability checks get no such shortcut: filling up
-    looks like a backlog).
+    short). The point verdict is read on the fixed window (the trim fractions alone, not
+    MSER-5's later start): it is what a user reading the run's steady-window summary sees.
     Raise ValueError if a trim fraction is outside [0, 0.5).
     """
     arrival, finish = requests["arrival_at_s"], requests["finished_at_s"]
@@ -169,20 +167,17 @@ def judge_run(
     measured = np.flatnonzero(window.measured & (arrival >= start))
     fixed = _window_checks(requests, steps, targets, window.measured, window.start_at_s, end)
     point = _point_verdict(fixed)
-    early = [c for c in fixed[3:] if c.verdict == FAILS]
     if len(measured) < MIN_MEASURED:
         count = Interval(len(measured), len(measured), len(measured))
         too_few = Check("num_measured", count, f">= {MIN_MEASURED}", UNDECIDED)
-        checks = [too_few, *(_renamed(c, "window_") for c in early)]
-        return {"verdict": FAILS if early else UNDECIDED, "stability": UNDECIDED,
-                "point_verdict": point, "offered_rate_req_s": None,
-                "served_rate_req_s": None, "num_measured": len(measured),
-                "window_s": [start, end], "checks": [c.as_dict() for c in checks]}  # fmt: skip
+        return {"verdict": UNDECIDED, "stability": UNDECIDED, "point_verdict": point,
+                "offered_rate_req_s": None, "served_rate_req_s": None,
+                "num_measured": len(measured), "window_s": [start, end],
+                "checks": [too_few.as_dict()]}  # fmt: skip
     checks = _window_checks(requests, steps, targets, window.measured, start, end)
     truncation = Interval(warmup.fraction, warmup.fraction, warmup.fraction)
     checks[0] = Check("warmup_share", truncation, "<= 0.5", HOLDS if warmup.steady else UNDECIDED)
     stable = [c.verdict for c in checks[:3]]
-    checks += [_renamed(c, "window_") for c in early if c.name not in _failing(checks)]
     verdicts = {c.verdict for c in checks}
     verdict = FAILS if FAILS in verdicts else UNDECIDED if UNDECIDED in verdicts else HOLDS
     duration = end - start
@@ -196,15 +191,6 @@ def judge_run(
         "window_s": [start, end],
         "checks": [c.as_dict() for c in checks],
     }
-
-
-def _failing(checks: list[Check]) -> set[str]:
-    return {c.name for c in checks if c.verdict == FAILS}
-
-
-def _renamed(check: Check, prefix: str) -> Check:
-    return Check(prefix + check.name, check.estimate, check.limit, check.verdict,
-                 check.share_above, check.point)  # fmt: skip
 
 
 def _window_checks(

@@ -98,15 +98,16 @@ def test_the_search_gives_up_at_its_limits() -> None:
     assert unbounded.status == "unbounded" and unbounded.holds_at == 2.0**MAX_DOUBLINGS
 
 
-def _outcome(verdict: str, served: float = 10.0) -> dict[str, Any]:
+def _outcome(verdict: str, served: float = 10.0, point: str = "fails") -> dict[str, Any]:
     check = {"name": "ttft_p99_ms", "value": 100.0, "low": 90.0, "high": 120.0,
              "limit": "<= 2000", "verdict": verdict}  # fmt: skip
     judgement = {"verdict": verdict, "stability": "holds", "offered_rate_req_s": 10.0,
-                 "served_rate_req_s": served, "checks": [check]}  # fmt: skip
+                 "served_rate_req_s": served, "checks": [check],
+                 "point_verdict": verdict if verdict != "undecided" else point}  # fmt: skip
     return {"judgement": judgement, "summary": {"output_throughput_tok_s": 1000.0}}
 
 
-def test_an_undecided_seed_runs_longer_until_the_cap_then_counts_as_failing() -> None:
+def test_an_undecided_seed_runs_longer_until_the_cap_where_its_point_figures_decide() -> None:
     probe = Probe(10.0, [0, 1], base_requests=500, max_requests=2000)
     assert probe.pending() == [(0, 500), (1, 500)]
     probe.record(0, 500, _outcome("holds"))
@@ -114,10 +115,26 @@ def test_an_undecided_seed_runs_longer_until_the_cap_then_counts_as_failing() ->
     assert probe.pending() == [(1, 1000)]
     probe.record(1, 1000, _outcome("undecided"))
     assert probe.pending() == [(1, 2000)]
-    probe.record(1, 2000, _outcome("undecided"))
+    probe.record(1, 2000, _outcome("undecided"))  # point figures fail
     assert probe.pending() == [] and not probe.holds
     assert probe.seed_holds(0) is True and probe.seed_holds(1) is False
+    assert probe.decided_by(0) == "interval" and probe.decided_by(1) == "point"
     assert "seed 1, 2000 requests" in probe.reason()
+    held = Probe(10.0, [0], base_requests=2000, max_requests=2000)
+    held.record(0, 2000, _outcome("undecided", point="holds"))
+    assert held.holds and held.decided_by(0) == "point"
+
+
+def test_the_lead_seed_runs_alone_until_it_holds() -> None:
+    probe = Probe(10.0, [0, 1, 2], base_requests=500, max_requests=1000, lead=1)
+    assert probe.pending() == [(1, 500)]
+    probe.record(1, 500, _outcome("undecided"))
+    assert probe.pending() == [(1, 1000)]
+    probe.record(1, 1000, _outcome("holds"))
+    assert probe.pending() == [(0, 500), (2, 500)]
+    failing = Probe(10.0, [0, 1, 2], base_requests=500, max_requests=1000, lead=2)
+    failing.record(2, 500, _outcome("fails"))
+    assert failing.pending() == [] and not failing.holds and failing.first_failing() == 2
 
 
 def test_one_failing_seed_settles_the_probe() -> None:
