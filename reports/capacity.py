@@ -80,33 +80,36 @@ def make_executor(workers: int) -> Executor:
     return ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
 
 
-def _unconfirmed(plan: MethodPlan, maximum: int) -> float | None:
-    """The search's answer if no probe there ran every seed at ``maximum`` requests, else None."""
+def _unconfirmed(plan: MethodPlan, maximum: int) -> Probe | None:
+    """The probe at the search's answer if some seed held there on a run shorter than
+    ``maximum`` requests (it is taken back out of the finished probes), else None."""
     rate = plan.search.holds_at
-    if rate is None:
-        return None
     at_rate = [p for p in plan.probes if p.rate_per_s == rate]
-    confirmed = any(
-        all((run := p.last(seed)) is not None and run.num_requests >= maximum for seed in p.seeds)
-        for p in at_rate
-    )
-    return None if confirmed else rate
+    if not at_rate or all(
+        (run := at_rate[-1].last(seed)) is not None and run.num_requests >= maximum
+        for seed in at_rate[-1].seeds
+    ):
+        return None
+    probe = at_rate[-1]
+    plan.probes.remove(probe)
+    probe.confirm = True
+    return probe
 
 
 def _advance(plan: MethodPlan, seeds: list[int], base: int, maximum: int) -> list[tuple[int, int]]:
     """Settle finished probes into the search and return the runs ``plan`` needs next. Once the
-    search has its answer, that rate is run again in every seed at ``maximum`` requests unless
-    it already was: the rate a plan reports is the one a user bets on, so it is judged on the
-    longest runs (if they refute it, the search goes on below it)."""
+    search has its answer, every seed that held there on a shorter run runs again at
+    ``maximum`` requests: the rate a plan reports is the one a user bets on, so it is judged on
+    the longest runs (if they refute it, the search goes on below it)."""
     while plan.reason is None:
         if plan.current is None:
             rate = plan.search.next_rate()
-            length = base
             if rate is None:
-                rate, length = _unconfirmed(plan, maximum), maximum
-                if rate is None:
+                plan.current = _unconfirmed(plan, maximum)
+                if plan.current is None:
                     return []
-            plan.current = Probe(rate, list(seeds), length, maximum, lead=plan.lead_seed)
+            else:
+                plan.current = Probe(rate, list(seeds), base, maximum, lead=plan.lead_seed)
         pending = plan.current.pending()
         if pending:
             return pending

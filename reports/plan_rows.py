@@ -115,7 +115,9 @@ def plan_row(
     row["interval_high_per_s"] = (
         max(search.fails_at, *highs) if search.fails_at is not None else None
     )
-    at_max = [p for p in plan.probes if p.rate_per_s == search.holds_at][-1]
+    # The probe there, or, while it is being confirmed at the longest runs, the probe under way.
+    known = [*plan.probes, *([plan.current] if plan.current is not None else [])]
+    at_max = [p for p in known if p.rate_per_s == search.holds_at][-1]
     row.update(at_max_figures(at_max, seeds))
     throughput = row["output_throughput_tok_s"]
     rate = row["max_rate_per_s"]

@@ -140,6 +140,8 @@ class Probe:
     max_requests: int
     lead: int | None = None
     runs: dict[int, list[SeedRun]] = field(default_factory=dict)
+    #: Once set, a seed that held on a run shorter than ``max_requests`` runs again at it.
+    confirm: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.base_requests <= self.max_requests:
@@ -176,7 +178,7 @@ class Probe:
         if any(self.seed_verdict(seed) == FAILS for seed in self.seeds):
             return []
         first = [self.lead] if self.lead in self.seeds else []
-        if first and self.seed_verdict(first[0]) == HOLDS:
+        if first and self.seed_verdict(first[0]) == HOLDS and not self._short(first[0]):
             first = []
         needed = []
         for seed in first or self.seeds:
@@ -185,6 +187,8 @@ class Probe:
                 needed.append((seed, self.base_requests))
             elif run.verdict == UNDECIDED and run.num_requests < self.max_requests:
                 needed.append((seed, min(2 * run.num_requests, self.max_requests)))
+            elif self.confirm and run.num_requests < self.max_requests:
+                needed.append((seed, self.max_requests))
         return needed
 
     def record(self, seed: int, num_requests: int, outcome: dict[str, Any]) -> None:
@@ -202,6 +206,11 @@ class Probe:
         None if the seed's runs were cut short by another seed's failure."""
         verdict = self.seed_verdict(seed)
         return True if verdict == HOLDS else False if verdict == FAILS else None
+
+    def _short(self, seed: int) -> bool:
+        """Whether ``seed`` still owes a run at ``max_requests`` to a confirmation."""
+        run = self.last(seed)
+        return self.confirm and (run is None or run.num_requests < self.max_requests)
 
     def first_failing(self) -> int | None:
         """The first seed whose verdict is a failure (None if none failed)."""
