@@ -141,8 +141,13 @@ def at_max_figures(probe: Probe, seeds: list[int]) -> dict[str, Any]:
         "offered_rate_per_seed_req_s": [run.judgement["offered_rate_req_s"] for run in runs],
         "served_rate_per_seed_req_s": [run.judgement["served_rate_req_s"] for run in runs],
         "decided_by_at_max": [probe.decided_by(seed) for seed in seeds],
+        # Stable in a seed: shown at 95%, or, decided on point figures, held there.
         "stability_at_max": "stable"
-        if all(run.judgement["stability"] == "holds" for run in runs)
+        if all(
+            run.judgement["stability"] == "holds"
+            or (run.verdict == "undecided" and run.judgement.get("point_verdict") == "holds")
+            for run in runs
+        )
         else "unstable",
         "output_throughput_tok_s": sum(r.summary["output_throughput_tok_s"] for r in runs)
         / len(runs),
