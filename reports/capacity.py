@@ -371,7 +371,8 @@ def plan_capacity(
             f"not shown above {MIN_TREND:g} s/s and shown at most {MAX_OVERLOAD:g} s/s) and "
             f"every SLO term holds, each shown at {(1 + CONFIDENCE) / 2:.0%} confidence on a "
             f"steady window; undecided runs are lengthened up to {maximum} requests, where the "
-            "point figures on the steady window decide (too few requests there: fails)"
+            "point figures on the steady window decide (too few requests there: fails); the "
+            f"answer is run again in every seed at {maximum} requests before it is reported"
         ),
         "tie_break": "methods whose intervals overlap are tied; among them the winner is the "
         f"first of {', '.join(TIE_BREAK_ORDER)} present, else the highest max rate",
