@@ -32,12 +32,10 @@ from concurrent.futures import (
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
-from reports.fleet_plan import nodes_needed
 from reports.goodput import DEFAULT_MIN_FRACTION, GoodputTarget, parse_goodput
 from reports.intervals import CONFIDENCE
-from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row
+from reports.plan_output import save_plan
+from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row, verify_nodes
 from reports.probes import (
     PROBE_TRIM_FRACTIONS,
     Probe,
@@ -47,19 +45,14 @@ from reports.probes import (
     run_saturation,
 )
 from reports.rate_search import RateSearch
-from reports.slo import SloTerm
 from reports.stability import MAX_OVERLOAD, MIN_TREND, Target
 from sim.errors import ScenarioError, SpecsimError
-from sim.output import write_json, write_table
 from sim.scenario import Scenario, validate_document
 
 DEFAULT_PROBE_REQUESTS = 2000
 #: A probe's runs grow by doubling up to this many times the first length.
 DEFAULT_MAX_GROWTH = 4
 DEFAULT_SEEDS = 3
-PLAN_JSON = "plan.json"
-PLAN_CSV = "plan.csv"
-PROBES_CSV = "probes.csv"
 
 Task = tuple[dict[str, Any], str, str, list[Target]]
 
@@ -183,105 +176,6 @@ def search_capacity(
                 submit(plan)
         if on_progress is not None:
             on_progress()
-
-
-def verify_nodes(
-    result: dict[str, Any],
-    documents: dict[str, dict[str, Any]],
-    base_dir: Path,
-    source: str,
-    targets: list[Target],
-    *,
-    target_qps: float,
-    gpu_hour_usd: float | None,
-    base_requests: int,
-    executor: Executor,
-) -> dict[str, Any] | None:
-    """How many nodes the winner needs at ``target_qps``, verified by fleet runs
-    (:func:`reports.fleet_plan.nodes_needed`: the smallest N that holds the SLO terms in every
-    seed, N − 1 failing), each replica offered about a probe's worth of requests; the winner's
-    row gets ``nodes_needed`` and the fleet's cost. Returns the fleet plan, or None when there is
-    no winner or no SLO term to hold (a goodput target alone).
-
-    Raise SpecsimError if a fleet run cannot be built.
-    """
-    winner = result["winner"]
-    terms = [t for t in targets if isinstance(t, SloTerm)]
-    if winner is None or not terms:
-        return None
-    row = next(r for r in result["methods"] if r["method"] == winner)
-    estimate = int(row["nodes_estimate"])
-    seeds = list(result["seeds"])
-    document = probe_document(documents[winner], target_qps, seeds[0], base_requests)
-    fleet = nodes_needed(
-        validate_document(document, source),
-        base_dir,
-        target_qps,
-        terms,
-        single_node_max_rate_per_s=row["max_rate_per_s"],
-        price_per_gpu_hour=gpu_hour_usd,
-        seeds=seeds,
-        num_requests=base_requests * estimate,
-        executor=executor,
-    )
-    row["nodes_needed"] = fleet.num_units
-    row["fleet_cost_per_hour_usd"] = fleet.cost_per_hour_usd
-    row["fleet_cost_per_million_output_tokens_usd"] = fleet.cost_per_million_output_tokens_usd
-    return fleet.to_dict()
-
-
-def probes_frame(plans: list[MethodPlan]) -> pd.DataFrame:
-    """Every finished probe, one row per seed (its longest run): the data behind the frontier."""
-    rows = []
-    for plan in plans:
-        for probe in plan.probes:
-            for index, seed in enumerate(probe.seeds):
-                run = probe.last(seed)
-                if run is None:
-                    continue
-                judgement = run.judgement
-                row: dict[str, Any] = {
-                    "method": plan.method,
-                    "rate_per_s": probe.rate_per_s,
-                    "seed": seed,
-                    "seed_index": index,
-                    "num_requests": run.num_requests,
-                    "holds": probe.holds,
-                    "seed_holds": probe.seed_holds(seed),
-                    "verdict": run.verdict,
-                    "point_verdict": judgement.get("point_verdict"),
-                    "decided_by": probe.decided_by(seed),
-                    "stability": judgement["stability"],
-                    "offered_rate_req_s": judgement["offered_rate_req_s"],
-                    "served_rate_req_s": judgement["served_rate_req_s"],
-                    "output_throughput_tok_s": run.summary["output_throughput_tok_s"],
-                }
-                for check in judgement["checks"]:
-                    row[check["name"]] = check["value"]
-                    row[f"{check['name']}_low"] = check["low"]
-                    row[f"{check['name']}_high"] = check["high"]
-                rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def save_plan(out_dir: Path, document: dict[str, Any], plans: list[MethodPlan]) -> None:
-    """Write ``plan.json`` (the whole answer), ``plan.csv`` (one row per method) and probes."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / PLAN_JSON, document)
-    table = pd.DataFrame(document["methods"])
-    for column in table.columns:
-        if table[column].map(lambda v: isinstance(v, list)).any():
-            table[column] = table[column].map(
-                lambda v: ";".join(_cell(x) for x in v) if isinstance(v, list) else v
-            )
-    write_table(out_dir / PLAN_CSV, table)
-    write_table(out_dir / PROBES_CSV, probes_frame(plans))
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, list):
-        return "/".join(_cell(v) for v in value)
-    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def plan_targets(

@@ -18,11 +18,17 @@ thus recommended only when its capacity is shown to exceed the simpler one's.
 from __future__ import annotations
 
 import math
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from reports.probes import Probe
+from reports.fleet_plan import nodes_needed
+from reports.probes import Probe, probe_document
 from reports.rate_search import RateSearch
+from reports.slo import SloTerm
+from reports.stability import Target
+from sim.scenario import validate_document
 
 #: Tie-break order among tied methods: least to deploy first; the rest after, by max rate.
 TIE_BREAK_ORDER = ("none", "ngram")
@@ -79,7 +85,7 @@ def plan_row(
 
     ``nodes_estimate`` = ceil(target_qps / max rate): where the fleet search starts;
     ``nodes_needed`` is filled in only by a verified fleet run
-    (:func:`reports.capacity.verify_nodes`). Cost per million output tokens of one node at its
+    (:func:`verify_nodes`). Cost per million output tokens of one node at its
     max rate = gpu_hour_usd × num_gpus / (output tokens per hour at the max rate) × 1e6.
     """
     search = plan.search
@@ -183,3 +189,48 @@ def pick_winner(rows: list[dict[str, Any]]) -> tuple[str | None, list[str]]:
 
     winner = min(tied, key=preference)
     return str(winner["method"]), [str(r["method"]) for r in tied]
+
+
+def verify_nodes(
+    result: dict[str, Any],
+    documents: dict[str, dict[str, Any]],
+    base_dir: Path,
+    source: str,
+    targets: list[Target],
+    *,
+    target_qps: float,
+    gpu_hour_usd: float | None,
+    base_requests: int,
+    executor: Executor,
+) -> dict[str, Any] | None:
+    """How many nodes the winner needs at ``target_qps``, verified by fleet runs
+    (:func:`reports.fleet_plan.nodes_needed`: the smallest N that holds the SLO terms in every
+    seed, N − 1 failing), each replica offered about a probe's worth of requests; the winner's
+    row gets ``nodes_needed`` and the fleet's cost. Returns the fleet plan, or None when there is
+    no winner or no SLO term to hold (a goodput target alone).
+
+    Raise SpecsimError if a fleet run cannot be built.
+    """
+    winner = result["winner"]
+    terms = [t for t in targets if isinstance(t, SloTerm)]
+    if winner is None or not terms:
+        return None
+    row = next(r for r in result["methods"] if r["method"] == winner)
+    estimate = int(row["nodes_estimate"])
+    seeds = list(result["seeds"])
+    document = probe_document(documents[winner], target_qps, seeds[0], base_requests)
+    fleet = nodes_needed(
+        validate_document(document, source),
+        base_dir,
+        target_qps,
+        terms,
+        single_node_max_rate_per_s=row["max_rate_per_s"],
+        price_per_gpu_hour=gpu_hour_usd,
+        seeds=seeds,
+        num_requests=base_requests * estimate,
+        executor=executor,
+    )
+    row["nodes_needed"] = fleet.num_units
+    row["fleet_cost_per_hour_usd"] = fleet.cost_per_hour_usd
+    row["fleet_cost_per_million_output_tokens_usd"] = fleet.cost_per_million_output_tokens_usd
+    return fleet.to_dict()
