@@ -37,9 +37,11 @@ SCENARIOS: tuple[tuple[str, Path | None, str], ...] = (
 def print_plan(name: str, plan: dict[str, Any]) -> None:
     """One line per method: max rate, per-seed rates, the bracket's upper end."""
     for row in plan["methods"]:
-        seeds = "/".join(f"{r:g}" for r in row.get("per_seed_max_rate_per_s") or [])
-        print(f"{name} plan: {row['method']:<7} {row['status']:<14} max {row['max_rate_per_s']} "
-              f"req/s, per seed {seeds}, first failing {row['bracket_high_per_s']}")  # fmt: skip
+        seeds = "/".join(f"{r:.2f}" for r in row.get("per_seed_max_rate_per_s") or [])
+        rate, above = row["max_rate_per_s"], row["bracket_high_per_s"]
+        print(f"{name} plan: {row['method']:<7} {row['status']:<14} max "
+              f"{'-' if rate is None else f'{rate:.2f}'} req/s, per seed {seeds}, first failing "
+              f"{'-' if above is None else f'{above:.2f}'}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

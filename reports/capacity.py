@@ -1,8 +1,12 @@
 """Capacity planning (``specsim plan``): the highest Poisson request rate each method sustains.
 
-The search (:class:`reports.rate_search.RateSearch`) brackets the answer from the scenario's own
-rate, doubling while the rate holds or halving while it fails, then bisects until the bracket is
-narrower than a relative tolerance. Each probed rate is a :class:`reports.probes.Probe`: every
+Each method's search starts at the node's saturation throughput, measured by one closed-loop
+run that keeps the batch full (:func:`reports.probes.run_saturation`): no open-loop rate above it
+is stable, and the stable capacity lies a few percent below it. The search
+(:class:`reports.rate_search.RateSearch`) moves from there by steps that start at the tolerance
+and double until the answer is bracketed, then bisects until the bracket is narrower than the
+tolerance. A method whose saturation run cannot be made starts from the scenario's own rate,
+doubling or halving. Each probed rate is a :class:`reports.probes.Probe`: every
 seed runs on a steady window and is judged for stability and the SLO with confidence intervals
 (:mod:`reports.stability`); undecided seeds rerun longer, and the rate holds only if it holds in
 every seed. Methods advance independently in parallel processes: each submits its next runs
@@ -28,25 +32,27 @@ from concurrent.futures import (
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from reports.goodput import DEFAULT_MIN_FRACTION, GoodputTarget, parse_goodput
 from reports.intervals import CONFIDENCE
-from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row
-from reports.probes import PROBE_TRIM_FRACTIONS, Probe, ignore_sigint, probe_document, run_probe
+from reports.plan_output import save_plan
+from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row, verify_nodes
+from reports.probes import (
+    PROBE_TRIM_FRACTIONS,
+    Probe,
+    ignore_sigint,
+    probe_document,
+    run_probe,
+    run_saturation,
+)
 from reports.rate_search import RateSearch
 from reports.stability import MAX_OVERLOAD, MIN_TREND, Target
 from sim.errors import ScenarioError, SpecsimError
-from sim.output import write_json, write_table
 from sim.scenario import Scenario, validate_document
 
 DEFAULT_PROBE_REQUESTS = 2000
 #: A probe's runs grow by doubling up to this many times the first length.
 DEFAULT_MAX_GROWTH = 4
 DEFAULT_SEEDS = 3
-PLAN_JSON = "plan.json"
-PLAN_CSV = "plan.csv"
-PROBES_CSV = "probes.csv"
 
 Task = tuple[dict[str, Any], str, str, list[Target]]
 
@@ -67,21 +73,66 @@ def make_executor(workers: int) -> Executor:
     return ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
 
 
+def _unconfirmed(plan: MethodPlan, maximum: int) -> Probe | None:
+    """The probe at the search's answer if some seed held there on a run shorter than
+    ``maximum`` requests (it is taken back out of the finished probes), else None."""
+    rate = plan.search.holds_at
+    at_rate = [p for p in plan.probes if p.rate_per_s == rate]
+    if not at_rate or all(
+        (run := at_rate[-1].last(seed)) is not None and run.num_requests >= maximum
+        for seed in at_rate[-1].seeds
+    ):
+        return None
+    probe = at_rate[-1]
+    plan.probes.remove(probe)
+    probe.confirm = True
+    return probe
+
+
 def _advance(plan: MethodPlan, seeds: list[int], base: int, maximum: int) -> list[tuple[int, int]]:
-    """Settle finished probes into the search and return the runs ``plan`` needs next."""
+    """Settle finished probes into the search and return the runs ``plan`` needs next. Once the
+    search has its answer, every seed that held there on a shorter run runs again at
+    ``maximum`` requests: the rate a plan reports is the one a user bets on, so it is judged on
+    the longest runs (if they refute it, the search goes on below it)."""
     while plan.reason is None:
         if plan.current is None:
             rate = plan.search.next_rate()
             if rate is None:
-                return []
-            plan.current = Probe(rate, list(seeds), base, maximum)
+                plan.current = _unconfirmed(plan, maximum)
+                if plan.current is None:
+                    return []
+            else:
+                plan.current = Probe(rate, list(seeds), base, maximum, lead=plan.lead_seed)
         pending = plan.current.pending()
         if pending:
             return pending
         plan.probes.append(plan.current)
         plan.search.record(plan.current.rate_per_s, plan.current.holds)
+        failing = plan.current.first_failing()
+        plan.lead_seed = plan.lead_seed if failing is None else failing
         plan.current = None
     return []
+
+
+def saturation_rates(
+    documents: dict[str, dict[str, Any]],
+    base_dir: Path,
+    source: str,
+    seed: int,
+    num_requests: int,
+    executor: Executor,
+) -> dict[str, float | None]:
+    """Each method's saturation throughput (None where its run could not be made: its probes
+    will say why), the runs side by side on ``executor``."""
+    futures = {
+        method: executor.submit(run_saturation, document, str(base_dir), source, seed, num_requests)
+        for method, document in documents.items()
+    }
+    rates: dict[str, float | None] = {}
+    for method, future in futures.items():
+        outcome = future.result()
+        rates[method] = outcome if isinstance(outcome, float) and outcome > 0 else None
+    return rates
 
 
 def search_capacity(
@@ -125,58 +176,6 @@ def search_capacity(
                 submit(plan)
         if on_progress is not None:
             on_progress()
-
-
-def probes_frame(plans: list[MethodPlan]) -> pd.DataFrame:
-    """Every finished probe, one row per seed (its longest run): the data behind the frontier."""
-    rows = []
-    for plan in plans:
-        for probe in plan.probes:
-            for index, seed in enumerate(probe.seeds):
-                run = probe.last(seed)
-                if run is None:
-                    continue
-                judgement = run.judgement
-                row: dict[str, Any] = {
-                    "method": plan.method,
-                    "rate_per_s": probe.rate_per_s,
-                    "seed": seed,
-                    "seed_index": index,
-                    "num_requests": run.num_requests,
-                    "holds": probe.holds,
-                    "seed_holds": probe.seed_holds(seed),
-                    "verdict": run.verdict,
-                    "stability": judgement["stability"],
-                    "offered_rate_req_s": judgement["offered_rate_req_s"],
-                    "served_rate_req_s": judgement["served_rate_req_s"],
-                    "output_throughput_tok_s": run.summary["output_throughput_tok_s"],
-                }
-                for check in judgement["checks"]:
-                    row[check["name"]] = check["value"]
-                    row[f"{check['name']}_low"] = check["low"]
-                    row[f"{check['name']}_high"] = check["high"]
-                rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def save_plan(out_dir: Path, document: dict[str, Any], plans: list[MethodPlan]) -> None:
-    """Write ``plan.json`` (the whole answer), ``plan.csv`` (one row per method) and probes."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / PLAN_JSON, document)
-    table = pd.DataFrame(document["methods"])
-    for column in table.columns:
-        if table[column].map(lambda v: isinstance(v, list)).any():
-            table[column] = table[column].map(
-                lambda v: ";".join(_cell(x) for x in v) if isinstance(v, list) else v
-            )
-    write_table(out_dir / PLAN_CSV, table)
-    write_table(out_dir / PROBES_CSV, probes_frame(plans))
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, list):
-        return "/".join(_cell(v) for v in value)
-    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def plan_targets(
@@ -257,23 +256,30 @@ def plan_capacity(
         raise ScenarioError(f"--max-requests {maximum} is below --requests {base}")
     start_rate = float(getattr(scenario.workload.arrival, "rate_per_s", None) or 1.0)
     seeds = [scenario.seed + i for i in range(num_seeds)]
-    documents, plans = {}, []
+    documents, adjustments = {}, {}
     for method in methods:
         variant, notes = method_document(document, method)
         # Fail fast on a schema error; an unsupported method shows only when it runs.
         validate_document(probe_document(variant, start_rate, seeds[0], base), source)
-        documents[method] = variant
-        plans.append(MethodPlan(method, notes, RateSearch(start_rate, tolerance)))
+        documents[method], adjustments[method] = variant, notes
+    plans: list[MethodPlan] = []
     header = {
         "scenario": scenario.name,
         "slo": [str(target) for target in targets],
+        "search": (
+            "from each method's saturation throughput (a closed loop keeping the batch full, "
+            f"seed {seeds[0]}, {base} requests), steps of {tolerance:g} of the rate doubling "
+            "until the answer is bracketed, then bisection; without it, from the scenario's "
+            f"rate ({start_rate:g}/s) doubling or halving"
+        ),
         "criterion": (
             f"a rate holds when, in every seed, the node is stable (served >= "
             f"{1 - MAX_OVERLOAD:.0%} of offered; waiting time with no upward trend: slope "
             f"not shown above {MIN_TREND:g} s/s and shown at most {MAX_OVERLOAD:g} s/s) and "
             f"every SLO term holds, each shown at {(1 + CONFIDENCE) / 2:.0%} confidence on a "
-            f"steady window; undecided runs are lengthened up to {maximum} requests and count "
-            "as failing there"
+            f"steady window; undecided runs are lengthened up to {maximum} requests, where the "
+            "point figures on the steady window decide (too few requests there: fails); the "
+            f"answer is run again in every seed at {maximum} requests before it is reported"
         ),
         "tie_break": "methods whose intervals overlap are tied; among them the winner is the "
         f"first of {', '.join(TIE_BREAK_ORDER)} present, else the highest max rate",
@@ -306,6 +312,15 @@ def plan_capacity(
     executor = make_executor(min(workers, len(methods) * num_seeds))
     interrupted = False
     try:
+        bounds = saturation_rates(documents, base_dir, source, seeds[0], base, executor)
+        for method in methods:
+            bound = bounds[method]
+            search = (
+                RateSearch(bound, tolerance, first_step=tolerance)
+                if bound is not None
+                else RateSearch(start_rate, tolerance)
+            )
+            plans.append(MethodPlan(method, adjustments[method], search, saturation_rate=bound))
         search_capacity(
             plans, documents, base_dir, targets, seeds=seeds, base_requests=base,
             max_requests=maximum, executor=executor,
@@ -324,6 +339,15 @@ def plan_capacity(
     save_plan(out_dir, result, plans)
     if interrupted:
         return result
+    if target_qps is not None and result["winner"] is not None:
+        with make_executor(min(workers, num_seeds)) as fleet_executor:
+            result["fleet"] = verify_nodes(
+                result, documents, base_dir, source, targets, target_qps=target_qps,
+                gpu_hour_usd=gpu_hour_usd, base_requests=base, executor=fleet_executor,
+            )  # fmt: skip
+        if result["fleet"] is None:
+            result["notes"].append("nodes not verified by a fleet run: the plan has no SLO term")
+        save_plan(out_dir, result, plans)
     if all(plan.reason is not None for plan in plans):
         raise SpecsimError(
             "no method could run: " + "; ".join(f"{p.method}: {p.reason}" for p in plans)
@@ -350,4 +374,9 @@ def _notes(
         notes.append("no --gpu-hour-usd given: cost per million output tokens not computed")
     if target_qps is None:
         notes.append("no --target-qps given: nodes needed not computed")
+    else:
+        notes.append(
+            "nodes: the winner's count is verified by fleet runs at the target rate; the other "
+            "methods' ~N is ceil(target / max rate), where that search would start"
+        )
     return notes

@@ -121,13 +121,18 @@ def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Ta
             seeds,
             f"{min(shares):.1%}" if shares else "-",
             str(row.get("stability_at_max", "-")),
-            _fmt(row.get("nodes_needed")),
+            _fmt(row.get("nodes_needed"))
+            if row.get("nodes_needed") is not None
+            else "~" + _fmt(row.get("nodes_estimate"))
+            if row.get("nodes_estimate")
+            else "-",
             _fmt(row.get("cost_per_million_output_tokens_usd"), 3),
         )
     table.caption = (
         "* winner. max: highest probed rate that held in every seed; interval: \\[max, higher of "
         "the first failing rate and the best seed's]; per seed: each seed's highest rate; "
-        "served: lowest served / offered share among seeds at the max"
+        "served: lowest served / offered share among seeds at the max; nodes: verified by "
+        "fleet runs at the target rate, ~N = ceil(target / max) unverified"
     )
     return table
 
@@ -421,6 +426,12 @@ def register(app: typer.Typer) -> None:
         title = f"{result['scenario']}: capacity under {', '.join(result['slo'])}"
         console.print(plan_table(result["methods"], title, result["winner"]))
         console.print(checks_table(result["methods"]))
+        if result.get("fleet"):
+            from reports.fleet_plan import FleetPlanResult, FleetProbe, format_plan
+
+            fleet = dict(result["fleet"])
+            fleet["probes"] = [FleetProbe(**p) for p in fleet["probes"]]
+            console.print(format_plan(FleetPlanResult(**fleet)), highlight=False)
         if result["tied"]:
             err_console.print(
                 f"tie: {', '.join(result['tied'])} (intervals overlap); {result['tie_break']}",

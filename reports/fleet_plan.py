@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import math
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -151,11 +152,13 @@ def nodes_needed(
     seeds: list[int] | None = None,
     num_requests: int | None = None,
     max_units: int = DEFAULT_MAX_UNITS,
+    executor: Executor | None = None,
 ) -> FleetPlanResult:
     """The smallest fleet of the scenario's unit that holds ``slo`` at ``target_rate_per_s``.
 
     The search starts at ``ceil(target / single_node_max_rate_per_s)`` units (1 without a rate).
-    ``price_per_gpu_hour`` defaults to the scenario's ``fleet.price_per_gpu_hour``.
+    ``price_per_gpu_hour`` defaults to the scenario's ``fleet.price_per_gpu_hour``. The seeds of
+    a size run side by side on ``executor`` when one is given (else one after another).
     Raise ScenarioError if the rate is not positive, the arrivals have no rate (closed loop or
     trace), or ``want_cost`` is set without a price; SpecsimError if a fleet run fails.
     """
@@ -185,7 +188,9 @@ def nodes_needed(
 
     def probe(num_units: int) -> FleetProbe:
         if num_units not in probes:
-            probes[num_units] = _probe(unit, num_units, target_rate_per_s, slo, seeds, n, base_dir)
+            probes[num_units] = _probe(
+                unit, num_units, target_rate_per_s, slo, seeds, n, base_dir, executor
+            )
         return probes[num_units]
 
     answer: int | None = None
@@ -255,14 +260,22 @@ def _probe(
     seeds: list[int],
     n: int,
     base_dir: Path,
+    executor: Executor | None = None,
 ) -> FleetProbe:
-    summaries, served = [], []
-    for seed in seeds:
-        document = _scaled(unit, num_units, rate, seed, n)
-        where = f"fleet plan, {num_units} units, seed {seed}"
-        result = run_scenario(validate_document(document, where), base_dir)
-        summaries.append(result.summary)
-        served.append(served_fraction(result.requests))
+    tasks = [
+        (
+            _scaled(unit, num_units, rate, seed, n),
+            base_dir,
+            f"fleet plan, {num_units} units, seed {seed}",
+        )
+        for seed in seeds
+    ]
+    if executor is not None:
+        outcomes = [f.result() for f in [executor.submit(fleet_run, *task) for task in tasks]]
+    else:
+        outcomes = [fleet_run(*task) for task in tasks]
+    summaries = [summary for summary, _ in outcomes]
+    served = [share for _, share in outcomes]
     values = {term.key: [slo_value(s, term) for s in summaries] for term in slo}
     seed_holds = [
         all(term.holds(values[term.key][i]) for term in slo) and served[i] >= MIN_SERVED_FRACTION
@@ -278,6 +291,13 @@ def _probe(
         request_throughput_req_s=[float(s["request_throughput_req_s"]) for s in summaries],
         output_throughput_tok_s=[float(s["output_throughput_tok_s"]) for s in summaries],
     )
+
+
+def fleet_run(document: dict[str, Any], base_dir: Path, where: str) -> tuple[dict[str, Any], float]:
+    """One fleet run: its summary and :func:`served_fraction`. Raise SpecsimError if it cannot
+    be built."""
+    result = run_scenario(validate_document(document, where), base_dir)
+    return result.summary, served_fraction(result.requests)
 
 
 def served_fraction(requests: dict[str, np.ndarray]) -> float:

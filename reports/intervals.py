@@ -7,7 +7,12 @@ Modeling and Analysis*, 5th ed., §9.5.3): the samples, in time order, are cut i
 against the correlation time, and the spread of those means gives the variance.
 
 * A **trend** is the least-squares slope of the batch means against the batches' mean times, with
-  a Student t interval on ``B − 2`` degrees of freedom.
+  a Student t interval on ``B − 2`` degrees of freedom, widened to at least the worst case that
+  any correlation allows: the slope is ``Σ c_i y_i`` with ``Σ c_i = 0``, and since
+  ``|Cov(y_i, y_j)| ≤ σ²`` its variance is at most ``(σ Σ|c_i|)²``, ``σ`` being the spread of the
+  batch means about the line. Near saturation a queue's waiting time wanders for longer than a
+  batch, so batch means of a stable queue can show a "trend" the t interval would take for
+  growth; this bound does not shrink with the number of batches, only with the span.
 * A **mean** gets a t interval on ``B − 1`` degrees of freedom.
 * A **quantile** gets the distribution-free order-statistic interval (Hahn & Meeker, *Statistical
   Intervals*, 2nd ed., §5.2): ranks ``l, u`` with ``P(l ≤ Binomial(n, q) < u) ≥ 1 − α``, computed
@@ -15,6 +20,11 @@ against the correlation time, and the spread of those means gives the variance.
   share of samples at or below the estimate over its binomial variance. ``c = 1`` gives the
   classical interval for independent samples; correlation only widens it.
 * A **proportion** gets the Clopper–Pearson interval on the same effective sample size.
+
+Batch means of a queue near saturation stay correlated when a batch is shorter than the time
+the queue takes to forget a burst; the variance from batch means is then widened by their lag-1
+correlation ρ as for an AR(1) series, ``(1 + ρ)/(1 − ρ)`` (ρ floored at 0 and capped at
+:data:`MAX_LAG1_CORRELATION`), for slopes and shares alike.
 
 All intervals are two-sided at :data:`CONFIDENCE` (90%), so each side is a one-sided 95% bound:
 a decision "below the bound" or "above the bound" is taken at 95% confidence.
@@ -95,14 +105,22 @@ def slope_interval(x: FloatArray, y: FloatArray) -> Interval:
 
 
 def trend(times: FloatArray, values: FloatArray) -> Interval:
-    """Slope of ``values`` against ``times`` (samples in time order) over batch means.
+    """Slope of ``values`` against ``times`` (samples in time order) over batch means: the t
+    interval of :func:`slope_interval`, or the worst-case-correlation one if that is wider.
 
     Raise ValueError if there are fewer samples than batches.
     """
     slices = batch_slices(len(times))
     x = np.array([times[s].mean() for s in slices])
     y = np.array([values[s].mean() for s in slices])
-    return slope_interval(x, y)
+    fitted = slope_interval(x, y)
+    dx = x - x.mean()
+    weights = dx / float((dx * dx).sum())  # slope = Σ weights_i · y_i
+    residual = y - y.mean() - fitted.value * dx
+    spread = math.sqrt(float((residual * residual).sum()) / (len(y) - 2))
+    worst = float(stats.norm.ppf(0.5 + CONFIDENCE / 2)) * spread * float(np.abs(weights).sum())
+    half = max(fitted.high - fitted.value, worst)
+    return Interval(fitted.value, fitted.value - half, fitted.value + half)
 
 
 def mean_interval(values: FloatArray, weights: FloatArray) -> Interval:
@@ -139,7 +157,9 @@ def variance_inflation(indicator: FloatArray, weights: FloatArray) -> float:
     # Var of the overall share from the batch means: s² / B, times mean(size²) / mean(size)²
     # for batches of unequal weight (1 when they are equal).
     unequal = float((sizes**2).mean() / sizes.mean() ** 2)
-    batch_var = float(np.var(means, ddof=1)) / len(means) * unequal
+    # Batches shorter than the correlation time leave the batch means correlated; their lag-1
+    # correlation widens the variance as for an AR(1) series, as for the slope.
+    batch_var = float(np.var(means, ddof=1)) / len(means) * unequal * ar1_inflation(means)
     return max(1.0, batch_var / binomial)
 
 

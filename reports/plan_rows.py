@@ -18,11 +18,17 @@ thus recommended only when its capacity is shown to exceed the simpler one's.
 from __future__ import annotations
 
 import math
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from reports.probes import Probe
+from reports.fleet_plan import nodes_needed
+from reports.probes import Probe, probe_document
 from reports.rate_search import RateSearch
+from reports.slo import SloTerm
+from reports.stability import Target
+from sim.scenario import validate_document
 
 #: Tie-break order among tied methods: least to deploy first; the rest after, by max rate.
 TIE_BREAK_ORDER = ("none", "ngram")
@@ -39,6 +45,8 @@ class MethodPlan:
     current: Probe | None = None
     reason: str | None = None
     interrupted: bool = False
+    saturation_rate: float | None = None  # where the search started, if measured
+    lead_seed: int | None = None  # the seed that failed at the last failing rate
 
     @property
     def status(self) -> str:
@@ -73,10 +81,12 @@ def plan_row(
     gpu_hour_usd: float | None,
 ) -> dict[str, Any]:
     """One method's answer: rate, bracket, per-seed rates, interval, the figures at the max rate,
-    nodes needed and cost.
+    a first estimate of the nodes needed, and cost.
 
-    Nodes needed = ceil(target_qps / max rate). Cost per million output tokens =
-    gpu_hour_usd × num_gpus / (output tokens per hour at the max rate) × 1e6.
+    ``nodes_estimate`` = ceil(target_qps / max rate): where the fleet search starts;
+    ``nodes_needed`` is filled in only by a verified fleet run
+    (:func:`verify_nodes`). Cost per million output tokens of one node at its
+    max rate = gpu_hour_usd × num_gpus / (output tokens per hour at the max rate) × 1e6.
     """
     search = plan.search
     runs = [run for probe in plan.probes for seed_runs in probe.runs.values() for run in seed_runs]
@@ -86,6 +96,7 @@ def plan_row(
         "reason": plan.reason,
         "adjustments": "; ".join(plan.adjustments) or None,
         "max_rate_per_s": None,
+        "saturation_rate_per_s": plan.saturation_rate,
         "bracket_low_per_s": search.holds_at,
         "bracket_high_per_s": search.fails_at,
         "num_probes": len(plan.probes),
@@ -110,11 +121,14 @@ def plan_row(
     row["interval_high_per_s"] = (
         max(search.fails_at, *highs) if search.fails_at is not None else None
     )
-    at_max = next(p for p in plan.probes if p.rate_per_s == search.holds_at)
+    # The probe there, or, while it is being confirmed at the longest runs, the probe under way.
+    known = [*plan.probes, *([plan.current] if plan.current is not None else [])]
+    at_max = [p for p in known if p.rate_per_s == search.holds_at][-1]
     row.update(at_max_figures(at_max, seeds))
     throughput = row["output_throughput_tok_s"]
     rate = row["max_rate_per_s"]
-    row["nodes_needed"] = math.ceil(target_qps / rate) if target_qps is not None else None
+    row["nodes_estimate"] = math.ceil(target_qps / rate) if target_qps is not None else None
+    row["nodes_needed"] = None
     row["cost_per_million_output_tokens_usd"] = (
         gpu_hour_usd * num_gpus / (throughput * 3600.0) * 1e6
         if gpu_hour_usd is not None and throughput
@@ -132,8 +146,14 @@ def at_max_figures(probe: Probe, seeds: list[int]) -> dict[str, Any]:
         "requests_per_seed_at_max": [run.num_requests for run in runs],
         "offered_rate_per_seed_req_s": [run.judgement["offered_rate_req_s"] for run in runs],
         "served_rate_per_seed_req_s": [run.judgement["served_rate_req_s"] for run in runs],
+        "decided_by_at_max": [probe.decided_by(seed) for seed in seeds],
+        # Stable in a seed: shown at 95%, or, decided on point figures, held there.
         "stability_at_max": "stable"
-        if all(run.judgement["stability"] == "holds" for run in runs)
+        if all(
+            run.judgement["stability"] == "holds"
+            or (run.verdict == "undecided" and run.judgement.get("point_verdict") == "holds")
+            for run in runs
+        )
         else "unstable",
         "output_throughput_tok_s": sum(r.summary["output_throughput_tok_s"] for r in runs)
         / len(runs),
@@ -169,3 +189,48 @@ def pick_winner(rows: list[dict[str, Any]]) -> tuple[str | None, list[str]]:
 
     winner = min(tied, key=preference)
     return str(winner["method"]), [str(r["method"]) for r in tied]
+
+
+def verify_nodes(
+    result: dict[str, Any],
+    documents: dict[str, dict[str, Any]],
+    base_dir: Path,
+    source: str,
+    targets: list[Target],
+    *,
+    target_qps: float,
+    gpu_hour_usd: float | None,
+    base_requests: int,
+    executor: Executor,
+) -> dict[str, Any] | None:
+    """How many nodes the winner needs at ``target_qps``, verified by fleet runs
+    (:func:`reports.fleet_plan.nodes_needed`: the smallest N that holds the SLO terms in every
+    seed, N − 1 failing), each replica offered about a probe's worth of requests; the winner's
+    row gets ``nodes_needed`` and the fleet's cost. Returns the fleet plan, or None when there is
+    no winner or no SLO term to hold (a goodput target alone).
+
+    Raise SpecsimError if a fleet run cannot be built.
+    """
+    winner = result["winner"]
+    terms = [t for t in targets if isinstance(t, SloTerm)]
+    if winner is None or not terms:
+        return None
+    row = next(r for r in result["methods"] if r["method"] == winner)
+    estimate = int(row["nodes_estimate"])
+    seeds = list(result["seeds"])
+    document = probe_document(documents[winner], target_qps, seeds[0], base_requests)
+    fleet = nodes_needed(
+        validate_document(document, source),
+        base_dir,
+        target_qps,
+        terms,
+        single_node_max_rate_per_s=row["max_rate_per_s"],
+        price_per_gpu_hour=gpu_hour_usd,
+        seeds=seeds,
+        num_requests=base_requests * estimate,
+        executor=executor,
+    )
+    row["nodes_needed"] = fleet.num_units
+    row["fleet_cost_per_hour_usd"] = fleet.cost_per_hour_usd
+    row["fleet_cost_per_million_output_tokens_usd"] = fleet.cost_per_million_output_tokens_usd
+    return fleet.to_dict()

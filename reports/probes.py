@@ -3,27 +3,37 @@
 A probe at rate λ runs each seed with ``base_requests`` Poisson requests, measured on a steady
 window (:data:`PROBE_TRIM_FRACTIONS`: the first 20% and the last 10% of requests excluded), and
 judges each run with :func:`reports.stability.judge_run`. A seed whose verdict is *undecided*
-runs again with twice the requests, up to ``max_requests``; a seed still undecided there counts
-as failing, since the rate was not shown to hold. Seeds combine conservatively: the rate holds
-only if it holds in **every** seed, so one decided failure settles the probe and the other seeds'
-longer runs are skipped.
+runs again with twice the requests, up to ``max_requests``. A seed still undecided there is
+decided by its point figures on the steady window (served share, backlog slope, each SLO term's
+value: what a longer run at that rate would be read by); with too few requests even for that it
+fails. Seeds combine conservatively: the rate holds only if it holds in **every** seed, so one
+decided failure settles the probe and the other seeds' longer runs are skipped. A probe may name
+a *lead* seed (the one that failed at the method's last failing rate: with common random numbers
+the same arrivals come back, scaled, at every rate, so the seed with the worst bursts stays the
+worst): it runs alone until it is decided, and the others only if it holds.
 """
 
 from __future__ import annotations
 
 import copy
+import ctypes
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from reports.stability import FAILS, HOLDS, UNDECIDED, Target, judge_run
 from sim.errors import SpecsimError
-from sim.run import run_scenario
+from sim.run import resolve_engine, run_scenario
 from sim.scenario import validate_document
 
 #: Shares of a probe's requests (by arrival) left out of its steady window: warm-up, then drain.
 PROBE_TRIM_FRACTIONS = (0.2, 0.1)
+#: A saturation run gives each client at least this many requests, so most of the run is steady.
+REQUESTS_PER_CLIENT = 4
+#: Linux prctl option: the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 #: Summary figures kept per run (the rest is in the run's records, which are not kept).
 KEPT_SUMMARY_KEYS = (
     "output_throughput_tok_s",
@@ -52,6 +62,33 @@ def probe_document(
     return out
 
 
+def saturation_document(
+    document: dict[str, Any], concurrency: int, seed: int, num_requests: int
+) -> dict[str, Any]:
+    """``document`` as a closed loop of ``concurrency`` clients with no think time (the queue
+    never empties), ``num_requests`` requests, measured on the probes' steady window."""
+    out = probe_document(document, 1.0, seed, num_requests)
+    out["workload"]["arrival"] = {"process": "closed_loop", "concurrency": concurrency}
+    return out
+
+
+def run_saturation(
+    document: dict[str, Any], base_dir: str, source: str, seed: int, num_requests: int
+) -> float | str:
+    """The node's saturation throughput in requests/s: a closed loop that keeps the engine's
+    batch full (``min(max_num_seqs, num_requests / REQUESTS_PER_CLIENT)`` clients), measured on
+    the steady window. No open-loop rate above it can be stable, so it is where the search
+    starts. Returns the message of the SpecsimError that stopped it instead."""
+    try:
+        engine = resolve_engine(validate_document(document, source), Path(base_dir))
+        concurrency = max(1, min(engine.max_num_seqs, num_requests // REQUESTS_PER_CLIENT))
+        closed = saturation_document(document, concurrency, seed, num_requests)
+        result = run_scenario(validate_document(closed, source), Path(base_dir))
+    except SpecsimError as exc:
+        return str(exc)
+    return float(result.summary["request_throughput_req_s"])
+
+
 def run_probe(
     document: dict[str, Any], base_dir: str, source: str, targets: list[Target]
 ) -> dict[str, Any] | str:
@@ -70,8 +107,13 @@ def run_probe(
 
 
 def ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C reaches the process group; only the parent decides."""
+    """Worker initializer: Ctrl-C reaches the process group; only the parent decides. On Linux
+    the worker also asks for SIGTERM when its parent dies, so a killed plan leaves no workers
+    behind."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -96,7 +138,10 @@ class Probe:
     seeds: list[int]
     base_requests: int
     max_requests: int
+    lead: int | None = None
     runs: dict[int, list[SeedRun]] = field(default_factory=dict)
+    #: Once set, a seed that held on a run shorter than ``max_requests`` runs again at it.
+    confirm: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.base_requests <= self.max_requests:
@@ -111,21 +156,39 @@ class Probe:
         return runs[-1] if runs else None
 
     def seed_verdict(self, seed: int) -> str:
-        """``holds``, ``fails``, or ``undecided`` (not run, or undecided at its longest run)."""
+        """``holds``, ``fails``, or ``undecided`` (not run, or undecided short of the longest
+        run); undecided at the longest run, the point figures decide (undecided there fails)."""
         run = self.last(seed)
-        return UNDECIDED if run is None else run.verdict
+        if run is None:
+            return UNDECIDED
+        if run.verdict == UNDECIDED and run.num_requests >= self.max_requests:
+            return HOLDS if run.judgement.get("point_verdict") == HOLDS else FAILS
+        return run.verdict
+
+    def decided_by(self, seed: int) -> str | None:
+        """``interval`` when the seed's verdict was shown at 95% confidence, ``point`` when its
+        longest run left it undecided and the point figures decided; None if not decided."""
+        run = self.last(seed)
+        if run is None or self.seed_holds(seed) is None:
+            return None
+        return "point" if run.verdict == UNDECIDED else "interval"
 
     def pending(self) -> list[tuple[int, int]]:
         """(seed, requests) runs still needed; none once a seed has failed (every-seed rule)."""
         if any(self.seed_verdict(seed) == FAILS for seed in self.seeds):
             return []
+        first = [self.lead] if self.lead in self.seeds else []
+        if first and self.seed_verdict(first[0]) == HOLDS and not self._short(first[0]):
+            first = []
         needed = []
-        for seed in self.seeds:
+        for seed in first or self.seeds:
             run = self.last(seed)
             if run is None:
                 needed.append((seed, self.base_requests))
             elif run.verdict == UNDECIDED and run.num_requests < self.max_requests:
                 needed.append((seed, min(2 * run.num_requests, self.max_requests)))
+            elif self.confirm and run.num_requests < self.max_requests:
+                needed.append((seed, self.max_requests))
         return needed
 
     def record(self, seed: int, num_requests: int, outcome: dict[str, Any]) -> None:
@@ -142,18 +205,22 @@ class Probe:
         """True or False once decided for ``seed`` (undecided at the longest run is False);
         None if the seed's runs were cut short by another seed's failure."""
         verdict = self.seed_verdict(seed)
-        if verdict == HOLDS:
-            return True
+        return True if verdict == HOLDS else False if verdict == FAILS else None
+
+    def _short(self, seed: int) -> bool:
+        """Whether ``seed`` still owes a run at ``max_requests`` to a confirmation."""
         run = self.last(seed)
-        if verdict == FAILS or (run is not None and run.num_requests >= self.max_requests):
-            return False
-        return None
+        return self.confirm and (run is None or run.num_requests < self.max_requests)
+
+    def first_failing(self) -> int | None:
+        """The first seed whose verdict is a failure (None if none failed)."""
+        return next((s for s in self.seeds if self.seed_verdict(s) == FAILS), None)
 
     def reason(self) -> str:
         """Why the rate failed, from the first failing seed's failing or undecided checks."""
         for seed in self.seeds:
             run = self.last(seed)
-            if run is None or run.verdict == HOLDS:
+            if run is None or self.seed_verdict(seed) == HOLDS:
                 continue
             bad = [c for c in run.judgement["checks"] if c["verdict"] != HOLDS]
             text = ", ".join(

@@ -75,6 +75,7 @@ class Check:
     limit: str
     verdict: str
     share_above: Interval | None = None  # percentile terms: the share of samples above the bound
+    point: str = HOLDS  # the verdict of the point estimate alone
 
     def as_dict(self) -> dict[str, Any]:
         out = {"name": self.name, **self.estimate.as_dict(), "limit": self.limit,
@@ -90,7 +91,9 @@ def _upper_bounded(name: str, estimate: Interval, bound: float, strict: bool = F
     below = estimate.high < bound if strict else estimate.high <= bound
     above = estimate.low >= bound if strict else estimate.low > bound
     verdict = HOLDS if below else FAILS if above else UNDECIDED
-    return Check(name, estimate, f"{'<' if strict else '<='} {bound:g}", verdict)
+    point = estimate.value < bound if strict else estimate.value <= bound
+    limit = f"{'<' if strict else '<='} {bound:g}"
+    return Check(name, estimate, limit, verdict, point=HOLDS if point else FAILS)
 
 
 def _backlog_check(slope: Interval) -> Check:
@@ -103,12 +106,14 @@ def _backlog_check(slope: Interval) -> Check:
     else:
         verdict = UNDECIDED
     limit = f"low <= {MIN_TREND:g}, high <= {MAX_OVERLOAD:g}"
-    return Check("waiting_time_slope", slope, limit, verdict)
+    point = HOLDS if slope.value <= MIN_TREND else FAILS
+    return Check("waiting_time_slope", slope, limit, verdict, point=point)
 
 
 def _lower_bounded(name: str, estimate: Interval, bound: float) -> Check:
     verdict = HOLDS if estimate.low >= bound else FAILS if estimate.high < bound else UNDECIDED
-    return Check(name, estimate, f">= {bound:g}", verdict)
+    point = HOLDS if estimate.value >= bound else FAILS
+    return Check(name, estimate, f">= {bound:g}", verdict, point=point)
 
 
 def served_share(
@@ -147,9 +152,12 @@ def judge_run(
     targets: list[Target],
     trim_fractions: tuple[float, float],
 ) -> dict[str, Any]:
-    """The verdict on one run: ``holds``, ``fails`` or ``undecided``, with every check. A run
-    whose steady window holds fewer than :data:`MIN_MEASURED` requests is undecided (too short).
+    """The verdict on one run: ``holds``, ``fails`` or ``undecided``, with every check, and the
+    run's ``point_verdict``: the same criteria read from point figures on the fixed steady window.
 
+    A run whose steady window holds fewer than :data:`MIN_MEASURED` requests is undecided (too
+    short). The point verdict is read on the fixed window (the trim fractions alone, not
+    MSER-5's later start): it is what a user reading the run's steady-window summary sees.
     Raise ValueError if a trim fraction is outside [0, 0.5).
     """
     arrival, finish = requests["arrival_at_s"], requests["finished_at_s"]
@@ -157,37 +165,70 @@ def judge_run(
     warmup = mser5(arrival, finish, window.end_at_s)
     start, end = max(window.start_at_s, warmup.end_at_s), window.end_at_s
     measured = np.flatnonzero(window.measured & (arrival >= start))
+    fixed = _window_checks(requests, steps, targets, window.measured, window.start_at_s, end)
+    point = _point_verdict(fixed)
     if len(measured) < MIN_MEASURED:
         count = Interval(len(measured), len(measured), len(measured))
         too_few = Check("num_measured", count, f">= {MIN_MEASURED}", UNDECIDED)
-        return {"verdict": UNDECIDED, "stability": UNDECIDED, "offered_rate_req_s": None,
-                "served_rate_req_s": None, "num_measured": len(measured),
-                "window_s": [start, end], "checks": [too_few.as_dict()]}  # fmt: skip
-    measured = measured[np.argsort(arrival[measured], kind="stable")]
-    duration = end - start
-    offered = float(((arrival >= start) & (arrival < end)).sum()) / duration
-    served = float(((finish >= start) & (finish < end)).sum()) / duration
-    share = served_share(arrival, finish, start, end, offered)
-    waiting = requests["scheduled_at_s"][measured] - arrival[measured]
+        return {"verdict": UNDECIDED, "stability": UNDECIDED, "point_verdict": point,
+                "offered_rate_req_s": None, "served_rate_req_s": None,
+                "num_measured": len(measured), "window_s": [start, end],
+                "checks": [too_few.as_dict()]}  # fmt: skip
+    checks = _window_checks(requests, steps, targets, window.measured, start, end)
     truncation = Interval(warmup.fraction, warmup.fraction, warmup.fraction)
-    checks = [
-        Check("warmup_share", truncation, "<= 0.5", HOLDS if warmup.steady else UNDECIDED),
-        _lower_bounded("served_fraction", share, 1.0 - MAX_OVERLOAD),
-        _backlog_check(trend(arrival[measured], waiting)),
-    ]
-    stable = [c.verdict for c in checks]
-    checks += [_target_check(target, requests, steps, measured, start, end) for target in targets]
+    checks[0] = Check("warmup_share", truncation, "<= 0.5", HOLDS if warmup.steady else UNDECIDED)
+    stable = [c.verdict for c in checks[:3]]
     verdicts = {c.verdict for c in checks}
     verdict = FAILS if FAILS in verdicts else UNDECIDED if UNDECIDED in verdicts else HOLDS
+    duration = end - start
     return {
         "verdict": verdict,
         "stability": FAILS if FAILS in stable else UNDECIDED if UNDECIDED in stable else HOLDS,
-        "offered_rate_req_s": offered,
-        "served_rate_req_s": served,
+        "point_verdict": point,
+        "offered_rate_req_s": float(((arrival >= start) & (arrival < end)).sum()) / duration,
+        "served_rate_req_s": float(((finish >= start) & (finish < end)).sum()) / duration,
         "num_measured": len(measured),
         "window_s": [start, end],
         "checks": [c.as_dict() for c in checks],
     }
+
+
+def _window_checks(
+    requests: dict[str, NDArray[Any]],
+    steps: dict[str, NDArray[Any]],
+    targets: list[Target],
+    in_window: NDArray[np.bool_],
+    start: float,
+    end: float,
+) -> list[Check]:
+    """Every check on the requests of ``in_window`` that arrived in ``[start, end)``: a
+    placeholder for the warm-up check, served share, backlog, then one per target. Empty of
+    targets when too few requests are measured there."""
+    arrival, finish = requests["arrival_at_s"], requests["finished_at_s"]
+    measured = np.flatnonzero(in_window & (arrival >= start))
+    if len(measured) < MIN_MEASURED or not end > start:
+        return []
+    measured = measured[np.argsort(arrival[measured], kind="stable")]
+    offered = float(((arrival >= start) & (arrival < end)).sum()) / (end - start)
+    share = served_share(arrival, finish, start, end, offered)
+    waiting = requests["scheduled_at_s"][measured] - arrival[measured]
+    placeholder = Check("warmup_share", Interval(0.0, 0.0, 0.0), "<= 0.5", HOLDS)
+    return [
+        placeholder,
+        _lower_bounded("served_fraction", share, 1.0 - MAX_OVERLOAD),
+        _backlog_check(trend(arrival[measured], waiting)),
+        *(_target_check(t, requests, steps, measured, start, end) for t in targets),
+    ]
+
+
+def _point_verdict(checks: list[Check]) -> str:
+    """Holds when every check's point estimate meets its limit (the warm-up check aside: the
+    fixed window does not depend on it), fails otherwise; undecided when there are no checks
+    (too few requests). The backlog's point slope must stay at most MIN_TREND, a percentile
+    term's point quantile at most its bound."""
+    if not checks:
+        return UNDECIDED
+    return HOLDS if all(c.point == HOLDS for c in checks[1:]) else FAILS
 
 
 def _target_check(
@@ -228,4 +269,5 @@ def _target_check(
     decided = _upper_bounded("share_above", share, 1.0 - q, target.strict)
     estimate = quantile_interval(values_ms, weights, q)
     limit = f"{'<' if target.strict else '<='} {target.bound_ms:g}"
-    return Check(target.key, estimate, limit, decided.verdict, share)
+    point = estimate.value < target.bound_ms if target.strict else estimate.value <= target.bound_ms
+    return Check(target.key, estimate, limit, decided.verdict, share, HOLDS if point else FAILS)

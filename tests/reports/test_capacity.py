@@ -52,8 +52,10 @@ def test_a_bad_slo_term_is_named(text: str, named: str) -> None:
         parse_slo(text)
 
 
-def _search(threshold: float, start: float, tolerance: float) -> RateSearch:
-    search = RateSearch(start, tolerance)
+def _search(
+    threshold: float, start: float, tolerance: float, first_step: float = 1.0
+) -> RateSearch:
+    search = RateSearch(start, tolerance, first_step)
     for _ in range(200):
         rate = search.next_rate()
         if rate is None:
@@ -62,17 +64,27 @@ def _search(threshold: float, start: float, tolerance: float) -> RateSearch:
     raise AssertionError("the search did not stop")
 
 
+def test_a_start_within_the_tolerance_of_the_answer_brackets_it_in_two_probes() -> None:
+    # Start just above the threshold with a first step of the tolerance: the start fails, the
+    # rate one step below holds, and that bracket, start·(1 − 1/1.05) = 4.8% wide, is narrow
+    # enough; double-or-halve steps take six (100, 50, 75, 87.5, 93.75, 96.875).
+    near = _search(threshold=97.0, start=100.0, tolerance=0.05, first_step=0.05)
+    assert near.num_recorded == 2 and near.holds_at == pytest.approx(100.0 / 1.05)
+    assert _search(threshold=97.0, start=100.0, tolerance=0.05).num_recorded == 6
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     start=st.floats(0.1, 100.0),
     ratio=st.floats(1.01 * 2.0**-MAX_HALVINGS, 1e3),
     tolerance=st.floats(0.01, 0.3),
+    first_step=st.floats(0.01, 1.0),
 )
 def test_the_bracket_always_holds_the_threshold_and_is_narrow(
-    start: float, ratio: float, tolerance: float
+    start: float, ratio: float, tolerance: float, first_step: float
 ) -> None:
     threshold = start * ratio
-    search = _search(threshold, start, tolerance)
+    search = _search(threshold, start, tolerance, first_step)
     assert search.status == "ok"
     assert search.holds_at is not None and search.fails_at is not None
     assert search.holds_at <= threshold < search.fails_at
@@ -86,15 +98,16 @@ def test_the_search_gives_up_at_its_limits() -> None:
     assert unbounded.status == "unbounded" and unbounded.holds_at == 2.0**MAX_DOUBLINGS
 
 
-def _outcome(verdict: str, served: float = 10.0) -> dict[str, Any]:
+def _outcome(verdict: str, served: float = 10.0, point: str = "fails") -> dict[str, Any]:
     check = {"name": "ttft_p99_ms", "value": 100.0, "low": 90.0, "high": 120.0,
              "limit": "<= 2000", "verdict": verdict}  # fmt: skip
     judgement = {"verdict": verdict, "stability": "holds", "offered_rate_req_s": 10.0,
-                 "served_rate_req_s": served, "checks": [check]}  # fmt: skip
+                 "served_rate_req_s": served, "checks": [check],
+                 "point_verdict": verdict if verdict != "undecided" else point}  # fmt: skip
     return {"judgement": judgement, "summary": {"output_throughput_tok_s": 1000.0}}
 
 
-def test_an_undecided_seed_runs_longer_until_the_cap_then_counts_as_failing() -> None:
+def test_an_undecided_seed_runs_longer_until_the_cap_where_its_point_figures_decide() -> None:
     probe = Probe(10.0, [0, 1], base_requests=500, max_requests=2000)
     assert probe.pending() == [(0, 500), (1, 500)]
     probe.record(0, 500, _outcome("holds"))
@@ -102,10 +115,26 @@ def test_an_undecided_seed_runs_longer_until_the_cap_then_counts_as_failing() ->
     assert probe.pending() == [(1, 1000)]
     probe.record(1, 1000, _outcome("undecided"))
     assert probe.pending() == [(1, 2000)]
-    probe.record(1, 2000, _outcome("undecided"))
+    probe.record(1, 2000, _outcome("undecided"))  # point figures fail
     assert probe.pending() == [] and not probe.holds
     assert probe.seed_holds(0) is True and probe.seed_holds(1) is False
+    assert probe.decided_by(0) == "interval" and probe.decided_by(1) == "point"
     assert "seed 1, 2000 requests" in probe.reason()
+    held = Probe(10.0, [0], base_requests=2000, max_requests=2000)
+    held.record(0, 2000, _outcome("undecided", point="holds"))
+    assert held.holds and held.decided_by(0) == "point"
+
+
+def test_the_lead_seed_runs_alone_until_it_holds() -> None:
+    probe = Probe(10.0, [0, 1, 2], base_requests=500, max_requests=1000, lead=1)
+    assert probe.pending() == [(1, 500)]
+    probe.record(1, 500, _outcome("undecided"))
+    assert probe.pending() == [(1, 1000)]
+    probe.record(1, 1000, _outcome("holds"))
+    assert probe.pending() == [(0, 500), (2, 500)]
+    failing = Probe(10.0, [0, 1, 2], base_requests=500, max_requests=1000, lead=2)
+    failing.record(2, 500, _outcome("fails"))
+    assert failing.pending() == [] and not failing.holds and failing.first_failing() == 2
 
 
 def test_one_failing_seed_settles_the_probe() -> None:
@@ -151,13 +180,13 @@ def test_the_row_reports_the_rate_every_seed_held_nodes_and_cost() -> None:
     assert (row["bracket_low_per_s"], row["bracket_high_per_s"]) == (10.0, 11.0)
     assert row["per_seed_max_rate_per_s"] == [11.0, 10.0]
     assert (row["interval_low_per_s"], row["interval_high_per_s"]) == (10.0, 11.0)
-    assert row["nodes_needed"] == 10
+    assert row["nodes_estimate"] == 10 and row["nodes_needed"] is None  # no fleet run here
     assert row["served_rate_per_seed_req_s"] == [10.0, 10.0]
     assert row["ttft_p99_ms_interval_at_max"] == [[90.0, 120.0], [90.0, 120.0]]
     # 1000 tok/s = 3.6e6 tok/h on 2 GPUs at $3/h: $6 per 3.6e6 tokens.
     assert row["cost_per_million_output_tokens_usd"] == pytest.approx(6.0 / 3.6)
     free = plan_row(plan, [0, 1], num_gpus=2, target_qps=None, gpu_hour_usd=None)
-    assert free["nodes_needed"] is None and free["cost_per_million_output_tokens_usd"] is None
+    assert free["nodes_estimate"] is None and free["cost_per_million_output_tokens_usd"] is None
 
 
 def test_no_stable_rate_is_said_not_replaced_by_the_lowest_probe() -> None:
@@ -165,7 +194,7 @@ def test_no_stable_rate_is_said_not_replaced_by_the_lowest_probe() -> None:
     row = plan_row(plan, [0], num_gpus=1, target_qps=10.0, gpu_hour_usd=None)
     assert row["status"] == "no_stable_rate" and row["max_rate_per_s"] is None
     assert row["reason"].startswith("no stable rate") and "1 req/s" in row["reason"]
-    assert "nodes_needed" not in row
+    assert "nodes_needed" not in row and "nodes_estimate" not in row
 
 
 def _row(method: str, rate: float, low: float, high: float | None) -> dict[str, Any]:
@@ -231,10 +260,17 @@ def test_plan_end_to_end_and_its_answer_holds_in_a_ten_times_longer_run(
     low, high = row["bracket_low_per_s"], row["bracket_high_per_s"]
     assert row["status"] == "ok" and row["max_rate_per_s"] == low < high
     assert high - low <= 0.1 * high
-    assert row["nodes_needed"] == math.ceil(500 / low)
+    # Nodes: the estimate is where the fleet search starts; the answer is verified by fleet runs
+    # at 500 req/s: N holds in every seed and N - 1 does not.
+    assert row["nodes_estimate"] == math.ceil(500 / low)
+    fleet = plan["fleet"]
+    assert row["nodes_needed"] == fleet["num_units"] and fleet["target_rate_per_s"] == 500
+    verdicts = {probe["num_units"]: probe["holds"] for probe in fleet["probes"]}
+    assert verdicts[fleet["num_units"]] and all(len(p["seed_holds"]) == 2 for p in fleet["probes"])
+    assert fleet["num_units"] == 1 or verdicts[fleet["num_units"] - 1] is False
     assert row["stability_at_max"] == "stable" and len(row["served_rate_per_seed_req_s"]) == 2
     probes = pd.read_csv(out / "probes.csv")
-    assert probes[probes["rate_per_s"] == low]["verdict"].eq("holds").all()
+    assert probes[probes["rate_per_s"] == low]["seed_holds"].eq(True).all()
     # The answer's soundness: ten times longer runs hold at the max rate in every seed and
     # do not at the first probed rate above it.
     from sim.scenario import read_document

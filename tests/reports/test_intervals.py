@@ -45,6 +45,24 @@ def test_a_trend_is_found_in_a_ramp_and_not_in_noise() -> None:
     assert ramp.low > 0.03 and ramp.low <= 0.05 <= ramp.high
 
 
+def test_a_slowly_wandering_stationary_series_shows_no_trend() -> None:
+    # AR(1) with phi = 0.995 (correlation time ~400 samples, 20 batches of 100): stationary, so
+    # a 95% one-sided "upward trend shown" must come up in at most ~5% of replicates. The t
+    # interval on batch means alone (lag-1 widening capped) shows one in about 10%; the
+    # worst-case-correlation bound keeps it under 5% (300 replicates: one s.e. 1.3%).
+    rng = np.random.default_rng(3)
+    times = np.arange(2000, dtype=float)
+    shown = 0
+    for _ in range(300):
+        shocks = rng.normal(size=7000)
+        series = np.empty(7000)
+        series[0] = shocks[0]
+        for i in range(1, 7000):
+            series[i] = 0.995 * series[i - 1] + shocks[i]
+        shown += trend(times, series[5000:]).low > 0
+    assert shown / 300 <= 0.05
+
+
 def _coverage(sampler, truth: float, interval) -> float:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(7)
     hits = 0

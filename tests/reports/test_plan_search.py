@@ -15,6 +15,12 @@ from sim.errors import ScenarioError
 from sim.scenario import read_document
 
 
+@pytest.fixture(autouse=True)
+def _no_saturation_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a saturation throughput the search starts from the scenario's rate, doubling."""
+    monkeypatch.setattr(capacity, "run_saturation", lambda *args: "not measured in this test")
+
+
 def _verdict_by_rate(threshold: float, calls: list[tuple[float, int, int]]) -> Any:
     def fake(document: dict[str, Any], base_dir: str, source: str, targets: Any) -> Any:
         rate = float(document["workload"]["arrival"]["rate_per_s"])
@@ -50,9 +56,47 @@ def test_the_search_stops_at_the_threshold_within_the_tolerance(
     assert row["max_rate_per_s"] <= 21.0 < row["bracket_high_per_s"]
     assert row["bracket_high_per_s"] - row["max_rate_per_s"] <= 0.05 * row["bracket_high_per_s"]
     assert row["per_seed_max_rate_per_s"] == [row["max_rate_per_s"]] * 2
-    # Decided verdicts never lengthen a probe; a failing seed stops the probe.
-    assert {length for _, _, length in calls} == {500}
+    # Decided verdicts never lengthen a probe; a failing seed stops the probe. The answer alone
+    # runs again at the longest length (4 x 500) in every seed, and holds there.
+    assert {length for _, _, length in calls} == {500, 2000}
+    assert sorted((r, s) for r, s, n in calls if n == 2000) == [
+        (row["max_rate_per_s"], 0),
+        (row["max_rate_per_s"], 1),
+    ]
     assert plan["complete"] and not plan["interrupted"]
+
+
+def test_from_the_saturation_throughput_the_search_takes_few_probes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Saturation 22/s, threshold 21/s: 22 fails, 22/1.05 = 20.95 holds, and that bracket is
+    # 4.8% wide, within the 5% tolerance: two probes where doubling from 4/s takes eight (the
+    # second then runs again at the longest length to confirm it).
+    calls: list[tuple[float, int, int]] = []
+    monkeypatch.setattr(capacity, "run_probe", _verdict_by_rate(21.0, calls))
+    monkeypatch.setattr(capacity, "run_saturation", lambda *args: 22.0)
+    (row,) = _plan(tmp_path)["methods"]
+    assert row["saturation_rate_per_s"] == 22.0 and row["num_probes"] == 2
+    assert row["max_rate_per_s"] == pytest.approx(22.0 / 1.05) and row["bracket_high_per_s"] == 22
+    assert sorted({rate for rate, _, _ in calls}) == pytest.approx([22.0 / 1.05, 22.0])
+
+
+def test_a_longest_run_that_refutes_the_answer_sends_the_search_below_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Short runs hold up to 21/s, the longest (2000 requests) only up to 20/s: the answer found
+    # on short runs is refuted when confirmed, and the plan ends on a rate confirmed at 2000.
+    calls: list[tuple[float, int, int]] = []
+    short, long = _verdict_by_rate(21.0, calls), _verdict_by_rate(20.0, calls)
+
+    def by_length(document: dict[str, Any], *args: Any) -> Any:
+        fake = long if document["workload"]["num_requests"] == 2000 else short
+        return fake(document, *args)
+
+    monkeypatch.setattr(capacity, "run_probe", by_length)
+    (row,) = _plan(tmp_path)["methods"]
+    assert row["max_rate_per_s"] <= 20.0 < row["bracket_high_per_s"] <= 21.0
+    assert row["requests_per_seed_at_max"] == [2000, 2000]
 
 
 def test_an_interrupted_plan_keeps_what_it_found(
@@ -84,6 +128,7 @@ def test_undecided_seeds_run_longer_and_a_rate_never_shown_to_hold_is_no_stable_
     def undecided(*args: Any) -> Any:
         outcome = decided(*args)
         outcome["judgement"]["verdict"] = "undecided"
+        outcome["judgement"]["point_verdict"] = "undecided"
         return outcome
 
     monkeypatch.setattr(capacity, "run_probe", undecided)

@@ -102,6 +102,14 @@ def test_mser5_finds_a_stationary_run_and_flags_a_growing_one() -> None:
     assert not ramp.steady
 
 
+def test_point_figures_give_a_verdict_where_the_intervals_give_none() -> None:
+    # rho = 0.5 holds on its point figures; rho = 1.2 serves 83% and its waits grow at 0.2 s/s.
+    assert judge_run(mm1(5.0, 10.0, 6000), NO_STEPS, [], TRIM)["point_verdict"] == HOLDS
+    assert judge_run(mm1(12.0, 10.0, 6000), NO_STEPS, [], TRIM)["point_verdict"] == FAILS
+    # Too short for any figure: no point verdict either.
+    assert judge_run(mm1(5.0, 10.0, 100), NO_STEPS, [], TRIM)["point_verdict"] == "undecided"
+
+
 def test_too_short_a_run_is_undecided() -> None:
     judgement = judge_run(mm1(5.0, 10.0, 100), NO_STEPS, [], TRIM)
     assert judgement["verdict"] == "undecided"
