@@ -7,7 +7,6 @@ as one message with exit code 2.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from pathlib import Path
@@ -28,12 +27,9 @@ def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, An
 
     Raise ScenarioError if the file, an override or the resulting scenario is invalid.
     """
-    from sim.scenario import apply_override, read_document, validate_document
+    from sim.scenario import document_with_overrides, validate_document
 
-    document, base_dir, source = read_document(path)
-    document = copy.deepcopy(document)
-    for assignment in overrides:
-        apply_override(document, assignment)
+    document, base_dir, source = document_with_overrides(path, overrides)
     validate_document(document, source)
     return document, base_dir, source
 

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sim.acceptance.models import PositionalAcceptanceModel, TargetTauModel
 from sim.acceptance.plan import AcceptanceModel
 from sim.cost_model import Efficiency
 from sim.errors import ScenarioError
+from sim.inputs import InputError, load_yaml, read_text
 
 #: Where shipped calibrated profiles live (package data of ``calibration``).
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
@@ -82,9 +81,9 @@ def read_profile(name_or_path: str, base_dir: Path, key: str) -> tuple[dict[str,
     if not path.is_file():
         raise ScenarioError(f"{key}: profile file {name_or_path!r} not found")
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ScenarioError(f"{key}: {name_or_path}: not a readable YAML file ({exc})") from None
+        document = load_yaml(read_text(path), str(path))
+    except InputError as exc:
+        raise ScenarioError(f"{key}: {exc}") from None
     if not isinstance(document, dict) or not isinstance(document.get("provenance"), dict):
         raise ScenarioError(
             f"{key}: {name_or_path}: not a calibrated profile (expected a mapping with "

@@ -142,9 +142,10 @@ def _timeseries(source: Source) -> IntervalTable | None:
 def _meta(path: Path) -> dict[str, object]:
     if not path.exists():
         return {}
+    text = read_source(path).text  # a clear error for bytes that are not UTF-8
     try:
-        meta = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError, RecursionError):
+        meta = json.loads(text)
+    except (ValueError, RecursionError):
         raise failure(path, "meta.json to be a JSON object", 1) from None
     if not isinstance(meta, dict):
         raise failure(path, "meta.json to be a JSON object", 1)

@@ -37,11 +37,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from sim.workload.sharing import PrefixConfig, SessionConfig
+from sim.inputs import SCHEMA_CONFIG
+from sim.workload.sharing import MAX_THINK_TIME_S, MAX_TOKENS, PrefixConfig, SessionConfig
 
-_FROZEN_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_FROZEN_STRICT = SCHEMA_CONFIG
+#: Ten million requests is weeks of traffic: a cap so that a typo cannot ask for terabytes.
+MAX_REQUESTS = 10_000_000
+#: Arrival rates: one request in 11.6 days to a million a second. Below, a run spans years of
+#: simulated time and loses precision (see sim.scale); above, no one endpoint is offered that.
+MIN_RATE_PER_S = 1e-6
+MAX_RATE_PER_S = 1e6
+#: Coefficient of variation of gamma gaps: 1 is Poisson; 100 puts almost all requests in a few
+#: bursts (vllm bench serve's burstiness 1e-4), past any measured trace.
+MAX_CV = 100.0
+#: Sigma of a lognormal length: above 3 the median is below exp(-4.5) = 1/90 of the mean, so
+#: nearly every length clips to 1 token and the mean rests on a few huge draws. Published fits of
+#: ShareGPT and LMSYS lengths have sigma near 1.
+MAX_LOGNORMAL_SIGMA = 3.0
+#: Sampling temperatures above 2 are outside the OpenAI API's range [0, 2], which vLLM serves.
+MAX_TEMPERATURE = 2.0
 
 
 class PoissonArrivalConfig(BaseModel):
@@ -49,7 +65,7 @@ class PoissonArrivalConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     process: Literal["poisson"] = "poisson"
-    rate_per_s: float = Field(default=4.0, gt=0)
+    rate_per_s: float = Field(default=4.0, ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
 
 
 class GammaArrivalConfig(BaseModel):
@@ -57,8 +73,8 @@ class GammaArrivalConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     process: Literal["gamma"]
-    rate_per_s: float = Field(default=4.0, gt=0)
-    cv: float = Field(default=1.0, gt=0)
+    rate_per_s: float = Field(default=4.0, ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
+    cv: float = Field(default=1.0, gt=0, le=MAX_CV)
 
 
 class ClosedLoopArrivalConfig(BaseModel):
@@ -66,8 +82,8 @@ class ClosedLoopArrivalConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     process: Literal["closed_loop"]
-    concurrency: int = Field(default=1, ge=1)
-    think_time_s: float = Field(default=0.0, ge=0)
+    concurrency: int = Field(default=1, ge=1, le=MAX_REQUESTS)
+    think_time_s: float = Field(default=0.0, ge=0, le=MAX_THINK_TIME_S)
 
 
 class TraceArrivalConfig(BaseModel):
@@ -75,7 +91,7 @@ class TraceArrivalConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     process: Literal["trace"]
-    path: Path
+    path: Path = Field(strict=False)
     loop: bool = False
 
 
@@ -90,7 +106,7 @@ class FixedLengthConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     distribution: Literal["fixed"]
-    value: int = Field(ge=1)
+    value: int = Field(ge=1, le=MAX_TOKENS)
 
 
 class UniformLengthConfig(BaseModel):
@@ -101,8 +117,8 @@ class UniformLengthConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     distribution: Literal["uniform"]
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: int = Field(ge=1, le=MAX_TOKENS)
+    high: int = Field(ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _high_not_below_low(self) -> UniformLengthConfig:
@@ -116,8 +132,8 @@ class LognormalLengthConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     distribution: Literal["lognormal"]
-    mean: float = Field(gt=0)
-    sigma: float = Field(ge=0)
+    mean: float = Field(ge=1, le=MAX_TOKENS)
+    sigma: float = Field(ge=0, le=MAX_LOGNORMAL_SIGMA)
 
 
 class EmpiricalLengthConfig(BaseModel):
@@ -130,7 +146,7 @@ class EmpiricalLengthConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     distribution: Literal["empirical"]
-    path: Path
+    path: Path = Field(strict=False)
     column: str | None = None
 
 
@@ -175,14 +191,13 @@ class WorkloadConfig(BaseModel):
     """
 
     model_config = _FROZEN_STRICT
-    # A cap so that a typo cannot ask for terabytes: ten million requests is weeks of traffic.
-    num_requests: int = Field(default=1000, ge=1, le=10_000_000)
+    num_requests: int = Field(default=1000, ge=1, le=MAX_REQUESTS)
     arrival: ArrivalConfig = PoissonArrivalConfig(process="poisson", rate_per_s=4.0)
     prompt_tokens: LengthConfig = FixedLengthConfig(**_DEFAULT_PROMPT_TOKENS)
     output_tokens: LengthConfig = LognormalLengthConfig(**_DEFAULT_OUTPUT_TOKENS)
-    max_prompt_tokens: int | None = Field(default=None, ge=1)
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=0.0, ge=0)
+    max_prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(default=0.0, ge=0, le=MAX_TEMPERATURE)
     dataset: str | None = "mt-bench"
     prefix: PrefixConfig | None = None
     sessions: SessionConfig | None = None
