@@ -33,11 +33,12 @@ import pandas as pd
 from reports.goodput import DEFAULT_MIN_FRACTION, GoodputTarget, parse_goodput
 from reports.intervals import CONFIDENCE
 from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row
-from reports.probes import PROBE_TRIM_FRACTIONS, Probe, ignore_sigint, probe_document, run_probe
+from reports.probes import PROBE_TRIM_FRACTIONS, Probe, probe_document, run_probe
 from reports.rate_search import RateSearch
 from reports.stability import MAX_OVERLOAD, MIN_TREND, Target
 from sim.errors import ScenarioError, SpecsimError
 from sim.output import write_json, write_table
+from sim.pool import pool_worker_init
 from sim.scenario import Scenario, validate_document
 
 DEFAULT_PROBE_REQUESTS = 2000
@@ -64,7 +65,7 @@ def make_executor(workers: int) -> Executor:
     """``workers`` local processes that ignore Ctrl-C (the parent decides), or inline for 1."""
     if workers <= 1:
         return InlineExecutor()
-    return ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
+    return ProcessPoolExecutor(max_workers=workers, initializer=pool_worker_init)
 
 
 def _advance(plan: MethodPlan, seeds: list[int], base: int, maximum: int) -> list[tuple[int, int]]:

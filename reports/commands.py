@@ -19,7 +19,7 @@ from rich.table import Table
 if TYPE_CHECKING:  # pandas is imported by the commands themselves: CLI start stays fast
     import pandas as pd
 
-from sim.cli_options import ScenarioArg, SetOpt
+from sim.cli_options import ForceOpt, ScenarioArg, SetOpt
 
 
 def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, Any], Path, str]:
@@ -32,6 +32,11 @@ def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, An
     document, base_dir, source = document_with_overrides(path, overrides)
     validate_document(document, source)
     return document, base_dir, source
+
+
+def _inputs(scenario: Path | None) -> tuple[Path, ...]:
+    """The files a command reads, which its outputs must never replace."""
+    return () if scenario is None else (scenario,)
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -148,15 +153,25 @@ def register(app: typer.Typer) -> None:
         ] = "none",
         out: Annotated[Path | None, typer.Option("--out", help="Output folder.")] = None,
         set_: SetOpt = None,
+        force: ForceOpt = False,
     ) -> None:
         """Run every method on the same arrivals and lengths and compare them with none."""
-        from reports.comparison import compare_methods, parse_methods, save_comparison
-        from sim.output import fresh_results_dir
+        from reports.comparison import (
+            COMPARISON_FILE,
+            FIGURE_FILE,
+            compare_methods,
+            parse_methods,
+            save_comparison,
+        )
+        from sim.output import check_output_folder, fresh_results_dir
         from sim.scenario import validate_document
 
         document, base_dir, source = load_document(scenario, set_ or [])
         name = validate_document(document, source).name
         method_names, added = parse_methods(methods)
+        if out is not None:
+            writes = (COMPARISON_FILE, FIGURE_FILE, *method_names)
+            check_output_folder(out, force=force, writes=writes, inputs=_inputs(scenario))
         if added:
             err_console.print("none added as the baseline for speed-ups", highlight=False)
         runs = compare_methods(document, base_dir, source, method_names)
@@ -186,6 +201,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--scheduler", help="Dask scheduler address to run on.")
         ] = None,
         set_: SetOpt = None,
+        force: ForceOpt = False,
     ) -> None:
         """Run a grid of scenarios in parallel, resumably, into one tidy table."""
         from rich.progress import (
@@ -197,13 +213,20 @@ def register(app: typer.Typer) -> None:
             TimeRemainingColumn,
         )
 
-        from reports.sweep import expand_grid, parse_grid, run_sweep, write_manifest
+        from reports.sweep import (
+            check_sweep_folder,
+            expand_grid,
+            parse_grid,
+            run_sweep,
+            write_manifest,
+        )
 
         document, base_dir, source = load_document(scenario, set_ or [])
         axes = parse_grid(grid or [])
         points = expand_grid(document, axes, source)
+        check_sweep_folder(out, points, force=force, inputs=_inputs(scenario))
         out.mkdir(parents=True, exist_ok=True)
-        write_manifest(out, source, axes, set_ or [])
+        write_manifest(out, source, axes, set_ or [], points)
         progress = Progress(
             TextColumn("sweep"),
             BarColumn(),
@@ -291,11 +314,16 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option("--workers", min=1, help="Local processes (default: cores).")
         ] = None,
         set_: SetOpt = None,
+        force: ForceOpt = False,
     ) -> None:
         """The highest request rate each method sustains under the SLO, nodes and cost."""
-        from reports.capacity import plan_capacity
+        from reports.capacity import PLAN_CSV, PLAN_JSON, PROBES_CSV, plan_capacity
+        from sim.output import check_output_folder
 
         document, base_dir, source = load_document(scenario, set_ or [])
+        check_output_folder(
+            out, force=force, writes=(PLAN_JSON, PLAN_CSV, PROBES_CSV), inputs=_inputs(scenario)
+        )
         result = plan_capacity(
             document,
             base_dir,

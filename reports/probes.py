@@ -12,7 +12,6 @@ longer runs are skipped.
 from __future__ import annotations
 
 import copy
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,11 +66,6 @@ def run_probe(
         return f"{source}: {exc}"
     summary = {key: result.summary[key] for key in KEPT_SUMMARY_KEYS}
     return {"judgement": judgement, "summary": summary}
-
-
-def ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C reaches the process group; only the parent decides."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclass

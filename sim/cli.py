@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from sim.cli_options import OutOpt, ScenarioArg, SetOpt
+from sim.cli_options import ForceOpt, OutOpt, ScenarioArg, SetOpt, YesOpt
 from sim.errors import SpecsimError
 
 app = typer.Typer(
@@ -72,17 +72,25 @@ def run(
     scenario: ScenarioArg = None,
     out: OutOpt = None,
     set_: SetOpt = None,
-    no_steps: Annotated[bool, typer.Option("--no-steps", help="Skip steps.csv.")] = False,
+    no_steps: Annotated[
+        bool, typer.Option("--no-steps", help="Do not write the step records (steps.parquet).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    force: ForceOpt = False,
+    yes: YesOpt = False,
 ) -> None:
     """Run one scenario, print its summary and write its results."""
     from sim.output import fresh_results_dir
     from sim.report_text import summary_table
-    from sim.results import save_result
+    from sim.results import check_run_output, save_result
     from sim.run import run_scenario
+    from sim.scale import preflight
     from sim.scenario import load_scenario
 
     loaded, base_dir = load_scenario(scenario, set_ or [])
+    if out is not None:
+        check_run_output(out, force=force, inputs=(scenario,) if scenario else ())
+    preflight(loaded, yes=yes, keep_steps=not no_steps, warn=err_console.print)
     reporter, bar = progress_reporter(loaded.workload.num_requests, "simulating")
     if bar is not None:
         with bar:
@@ -104,11 +112,13 @@ def run(
 
 @app.command()
 @user_errors
-def schema(out: OutOpt = None) -> None:
+def schema(out: OutOpt = None, force: ForceOpt = False) -> None:
     """Print (or write) the JSON Schema of scenario files, for editor completion."""
-    from sim.output import write_json
+    from sim.output import check_output_file, write_json
     from sim.scenario import scenario_json_schema
 
+    if out is not None:
+        check_output_file(out, force=force)
     document = scenario_json_schema()
     if out is None:
         typer.echo(json.dumps(document, indent=2))
@@ -146,8 +156,14 @@ def analyze(
         float, typer.Option("--c", min=0.0, help="Draft/target cost ratio c.")
     ] = 0.05,
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Expected tokens per verify step against alpha and k, the optimal k, and the lesson check."""
+    from sim.output import atomic_write, check_output_folder, write_table
+
+    analysis_files = ("tokens_per_step.png", "tokens_per_step.csv")
+    if out is not None:
+        check_output_folder(out, force=force, writes=analysis_files)
     from sim.analysis import (
         expected_tokens_per_step,
         lesson_comparison,
@@ -169,9 +185,11 @@ def analyze(
     typer.echo("")
     typer.echo(lesson_comparison().format_text())
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        tokens_per_step_figure(table).savefig(out / "tokens_per_step.png", dpi=120)
-        table.to_csv(out / "tokens_per_step.csv")
+        figure = tokens_per_step_figure(table)
+        atomic_write(
+            out / analysis_files[0], lambda f: figure.savefig(f, format="png", dpi=120), True
+        )
+        write_table(out / analysis_files[1], table.reset_index())
         err_console.print(f"figure and table written to {out}", highlight=False)
 
 

@@ -20,6 +20,8 @@ from sim.errors import ScenarioError
 from sim.inputs import InputError, read_text
 
 CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+#: As sim.scenario.MAX_SIMULATED_S: 2**32 s, below which float64 resolves a microsecond.
+MAX_TRACE_SPAN_S = float(2**32)
 
 
 @dataclass(frozen=True, eq=False)
@@ -128,6 +130,12 @@ def _read_csv_trace(path: Path) -> TraceRequests:
         raise ScenarioError(
             f"{path}, line {row + 2}: arrived_at decreases "
             f"({arrival_at_s[row - 1]} then {arrival_at_s[row]}); traces must be in arrival order"
+        )
+    span = float(arrival_at_s[-1] - arrival_at_s[0])
+    if span > MAX_TRACE_SPAN_S:
+        raise ScenarioError(
+            f"{path}: arrived_at spans {span:.3g} s; past {MAX_TRACE_SPAN_S:.3g} s (136 years) "
+            "simulated times lose microsecond precision; are the times in seconds?"
         )
     return TraceRequests(
         prompt_tokens=_token_counts(frame["num_prefill_tokens"], str(path)),
