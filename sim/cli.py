@@ -66,6 +66,14 @@ def progress_reporter(total: int, label: str) -> tuple[Callable[[int], None] | N
     return (lambda n: progress.advance(task, n)), progress
 
 
+#: Off a terminal, runs of this many requests or more print progress lines (sim/progress_lines.py).
+PROGRESS_LINES_FROM = 10_000
+
+
+def _stderr_line(text: str) -> None:
+    err_console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
 @app.command()
 @user_errors
 def run(
@@ -92,11 +100,15 @@ def run(
         check_run_output(out, force=force, inputs=(scenario,) if scenario else ())
     preflight(loaded, yes=yes, keep_steps=not no_steps, warn=err_console.print)
     reporter, bar = progress_reporter(loaded.workload.num_requests, "simulating")
+    if reporter is None and loaded.workload.num_requests >= PROGRESS_LINES_FROM:
+        from sim.progress_lines import progress_lines
+
+        reporter = progress_lines(loaded.workload.num_requests, "simulating", _stderr_line)
     if bar is not None:
         with bar:
             result = run_scenario(loaded, base_dir, reporter)
     else:
-        result = run_scenario(loaded, base_dir)
+        result = run_scenario(loaded, base_dir, reporter)
     out_dir = out if out is not None else fresh_results_dir(Path("results"), loaded.name)
     save_result(result, out_dir, write_steps=not no_steps)
     if as_json:

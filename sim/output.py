@@ -33,7 +33,7 @@ MAX_NAME_CHARS = 100
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """The process's umask (read by setting it and putting it back at once)."""
     mask = os.umask(0o022)
     os.umask(mask)
@@ -45,7 +45,7 @@ def atomic_write(path: Path, write: Callable[[IO[Any]], object], binary: bool = 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, 0o666 & ~current_umask())
         handle: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
         with handle as f:
             write(f)

@@ -8,6 +8,8 @@ writing never builds a second copy of the table or its text in memory.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -15,7 +17,7 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from sim.output import atomic_write, check_output_folder, write_json, write_table, write_yaml
+from sim.output import check_output_folder, current_umask, write_json, write_table, write_yaml
 from sim.run import ScenarioResult
 
 SUMMARY_FILE = "summary.json"
@@ -53,16 +55,6 @@ def steps_frame(result: ScenarioResult) -> pd.DataFrame:
     return frame
 
 
-def _chunks(columns: Mapping[str, np.ndarray], rows: int) -> Any:
-    """``columns`` with a leading ``step`` number, ``rows`` rows at a time (views, no copies)."""
-    total = len(next(iter(columns.values()))) if columns else 0
-    for start in range(0, max(total, 1), rows):
-        stop = min(start + rows, total)
-        chunk = {"step": np.arange(start, stop, dtype=np.int64)}
-        chunk.update({name: column[start:stop] for name, column in columns.items()})
-        yield chunk
-
-
 def steps_file_name() -> str:
     """``steps.parquet`` when pyarrow is installed, else ``steps.csv``."""
     try:
@@ -72,32 +64,78 @@ def steps_file_name() -> str:
     return STEPS_PARQUET_FILE
 
 
+class StepStreamWriter:
+    """Step records appended chunk by chunk to a temporary file, renamed into place on close.
+
+    ``write`` takes a mapping of equal-length column arrays (a chunk of steps, numbered on from
+    the last chunk); nothing is kept in memory between calls. Parquet chunks become row groups;
+    CSV chunks are appended under one header. ``close`` renames the file into place atomically
+    with the user's umask; ``abort`` (or an exception inside ``with``) removes it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~current_umask())
+        self._tmp = Path(tmp)
+        self._handle: IO[Any] = os.fdopen(fd, "wb")
+        self._parquet: Any = None
+        self._num_rows = 0
+
+    @property
+    def num_rows(self) -> int:
+        """Steps written so far."""
+        return self._num_rows
+
+    def write(self, columns: Mapping[str, np.ndarray]) -> None:
+        """Append one chunk of steps."""
+        count = len(next(iter(columns.values()))) if columns else 0
+        chunk = {"step": np.arange(self._num_rows, self._num_rows + count, dtype=np.int64)}
+        chunk.update(columns)
+        if self.path.suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.table(chunk)
+            if self._parquet is None:
+                self._parquet = pq.ParquetWriter(self._handle, table.schema)
+            self._parquet.write_table(table)
+        else:
+            text = pd.DataFrame(chunk).to_csv(index=False, header=self._num_rows == 0)
+            self._handle.write(text.encode("utf-8"))
+        self._num_rows += count
+
+    def close(self) -> Path:
+        """Finish the file and rename it into place; return its path."""
+        if self._parquet is not None:
+            self._parquet.close()
+        self._handle.close()
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the partial file."""
+        self._handle.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> StepStreamWriter:
+        return self
+
+    def __exit__(self, kind: object, value: object, trace: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
 def stream_steps(out_dir: Path, columns: Mapping[str, np.ndarray], rows: int = CHUNK_ROWS) -> Path:
-    """Stream step records into ``out_dir`` chunk by chunk, atomically; return the file."""
-    path = out_dir / steps_file_name()
-    if path.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        def write_parquet(handle: IO[Any]) -> None:
-            writer: Any = None
-            for chunk in _chunks(columns, rows):
-                table = pa.table(chunk)
-                if writer is None:
-                    writer = pq.ParquetWriter(handle, table.schema)
-                writer.write_table(table)
-            if writer is not None:
-                writer.close()
-
-        atomic_write(path, write_parquet, binary=True)
-    else:
-
-        def write_csv(handle: IO[Any]) -> None:
-            for index, chunk in enumerate(_chunks(columns, rows)):
-                pd.DataFrame(chunk).to_csv(handle, index=False, header=index == 0)
-
-        atomic_write(path, write_csv)
-    return path
+    """Write step records into ``out_dir`` in chunks of ``rows`` steps; return the file."""
+    total = len(next(iter(columns.values()))) if columns else 0
+    with StepStreamWriter(out_dir / steps_file_name()) as writer:
+        for start in range(0, max(total, 1), rows):
+            writer.write({name: column[start : start + rows] for name, column in columns.items()})
+    return writer.path
 
 
 def save_result(result: ScenarioResult, out_dir: Path, *, write_steps: bool = True) -> None:
