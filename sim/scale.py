@@ -30,9 +30,10 @@ from sim.scenario import Scenario
 #: Warn above a gigabyte of in-memory records, or ten minutes of expected wall time.
 WARN_BYTES = 1e9
 WARN_SECONDS = 600.0
-#: Wall time per engine step of the SimPy run, measured by benchmarks/bench_scale.py on the
-#: default scenario (2 shared cores: 1.6e-5 s per step at 100,000 requests). A coarse ETA only.
-WALL_S_PER_STEP = 1.6e-5
+#: Wall time per engine step of a ``specsim run``, measured by benchmarks/bench_scale.py on the
+#: default scenario (2 shared cores, start-up and writing included: 17.6 us per step at 100,000
+#: requests, 20.1 us at 10,000). A coarse ETA: the step count it multiplies is an upper bound.
+WALL_S_PER_STEP = 1.8e-5
 #: Wall time per request for building the workload and summarising (same benchmark).
 WALL_S_PER_REQUEST = 2e-5
 
