@@ -171,13 +171,21 @@ def load_yaml(text: str, source: str) -> Any:
     Raise InputError naming ``source`` and the line for invalid YAML, nesting deeper than
     MAX_DEPTH, aliases expanding past MAX_NODES nodes, a recursive alias or a repeated key.
     """
-    loader = _BoundedLoader(text)
+    loader: _BoundedLoader | None = None
     try:
+        # The reader checks every character as it is made: a control character refuses here.
+        loader = _BoundedLoader(text)
         node = loader.get_single_node()
         if node is None:
             return None
         _expanded_size(node)
         return loader.construct_document(node)
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise InputError(
+            f"{source}: line {line}: not valid YAML: control character #x{exc.character:04x} "
+            "is not allowed"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}:" if mark is not None else ""
@@ -186,4 +194,5 @@ def load_yaml(text: str, source: str) -> Any:
     except RecursionError:
         raise InputError(f"{source}: not valid YAML: nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
