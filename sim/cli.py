@@ -90,14 +90,15 @@ def run(
     """Run one scenario, print its summary and write its results."""
     from sim.output import fresh_results_dir
     from sim.report_text import summary_table
-    from sim.results import check_run_output, save_result
+    from sim.results import check_run_output, save_result, scenario_inputs
     from sim.run import run_scenario
     from sim.scale import preflight
     from sim.scenario import load_scenario
 
     loaded, base_dir = load_scenario(scenario, set_ or [])
     if out is not None:
-        check_run_output(out, force=force, inputs=(scenario,) if scenario else ())
+        inputs = scenario_inputs(loaded, base_dir) + ((scenario,) if scenario else ())
+        check_run_output(out, force=force, inputs=inputs)
     preflight(loaded, yes=yes, keep_steps=not no_steps, warn=err_console.print)
     reporter, bar = progress_reporter(loaded.workload.num_requests, "simulating")
     if reporter is None and loaded.workload.num_requests >= PROGRESS_LINES_FROM:

@@ -157,7 +157,11 @@ def check_output_folder(
     if parent is not None and not parent.is_dir():
         raise OutputError(f"{flag} {path}: {parent} is a file, not a folder")
     for name in writes:
-        _refuse_inputs(path / name, inputs, flag)
+        for source in inputs:
+            if _same_file(path / name, Path(source)):
+                raise OutputError(
+                    f"{flag} {path}: would replace {name}, the input {source}; write elsewhere"
+                )
     existing = [name for name in writes if (path / name).exists()]
     if existing and not force:
         shown = ", ".join(existing[:6]) + (

@@ -19,6 +19,7 @@ import pandas as pd
 
 from sim.output import check_output_folder, current_umask, write_json, write_table, write_yaml
 from sim.run import ScenarioResult
+from sim.scenario import Scenario
 
 SUMMARY_FILE = "summary.json"
 REQUESTS_FILE = "requests.csv"
@@ -31,10 +32,21 @@ RUN_FILES = (SUMMARY_FILE, REQUESTS_FILE, STEPS_FILE, STEPS_PARQUET_FILE, SCENAR
 CHUNK_ROWS = 1 << 18
 
 
+def scenario_inputs(scenario: Scenario, base_dir: Path) -> tuple[Path, ...]:
+    """The files a scenario reads (trace and recorded lengths), resolved as the run resolves
+    them: outputs must never replace them."""
+    workload = scenario.workload
+    paths = [
+        getattr(part, "path", None)
+        for part in (workload.arrival, workload.prompt_tokens, workload.output_tokens)
+    ]
+    return tuple(p if p.is_absolute() else base_dir / p for p in paths if p is not None)
+
+
 def check_run_output(out_dir: Path, *, force: bool, inputs: tuple[Path, ...] = ()) -> None:
     """Before a run: refuse an ``--out`` that is a file or holds an earlier run's results.
 
-    Raise OutputError saying what exists unless ``force``.
+    Raise OutputError saying what exists unless ``force``, or if a file to write is an input.
     """
     check_output_folder(out_dir, force=force, writes=RUN_FILES, inputs=inputs)
 

@@ -240,3 +240,16 @@ def test_pool_workers_end_when_the_sweep_is_killed(tmp_path: Path) -> None:
         for pid in [parent.pid, *_children(parent.pid), *workers]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_run_never_replaces_its_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "requests.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n0.5,10,5\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "workload:\n  num_requests: 2\n  arrival: {process: trace, path: requests.csv}\n"
+    )
+    before = trace.read_bytes()
+    code, output = _invoke("run", str(scenario), "--out", str(tmp_path), "--force")
+    assert code == 2 and "the input" in output
+    assert trace.read_bytes() == before
