@@ -92,10 +92,22 @@ def read_profile(name_or_path: str, base_dir: Path, key: str) -> tuple[dict[str,
     return document, name_or_path
 
 
+#: The scenario schema's bound on host overheads (sim.scenario.MAX_OVERHEAD_S): a profile is
+#: held to the same range as the keys it stands in for.
+MAX_PROFILE_OVERHEAD_S = 1.0
+
+
 def _number(section: dict[str, Any], name: str, key: str, label: str) -> float:
     value = section.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ScenarioError(f"{key}: {label}: engine.{name} must be a number >= 0, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_PROFILE_OVERHEAD_S
+    ):
+        raise ScenarioError(
+            f"{key}: {label}: engine.{name} must be a number in [0, "
+            f"{MAX_PROFILE_OVERHEAD_S:g}] s, got {value!r}"
+        )
     return float(value)
 
 

@@ -281,17 +281,6 @@ class Scenario(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _time_resolution(self) -> Scenario:
-        span = expected_span_s(self.workload)
-        if span > MAX_SIMULATED_S:
-            raise ValueError(
-                f"workload: the arrivals alone span ~{span:.3g} s of simulated time; past "
-                f"{MAX_SIMULATED_S:.3g} s (136 years) float64 seconds resolve less than 1 us and "
-                "latencies lose their precision. Raise the rate or lower num_requests"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _limits(self) -> Scenario:
         if (
             self.workload.num_requests is not None
@@ -299,28 +288,6 @@ class Scenario(BaseModel):
         ):
             raise ValueError("measurement.warmup_requests must be < workload.num_requests")
         return self
-
-
-#: Simulated times stay below 2**32 s (136 years), where float64 spacing is 2**-20 s < 1 us, so a
-#: latency, a difference of two times, keeps microsecond resolution (IEEE 754: spacing at t is
-#: 2**(floor(log2 t) - 52)).
-MAX_SIMULATED_S = float(2**32)
-
-
-def expected_span_s(workload: WorkloadConfig) -> float:
-    """A lower bound on the simulated time the arrivals span: conversations over the rate for
-    open loops, rounds of think time for closed loops, plus the think time between turns."""
-    arrival = workload.arrival
-    turns = workload.sessions.num_turns if workload.sessions is not None else 1
-    conversations = -(-workload.num_requests // turns)
-    between_turns = (turns - 1) * (workload.sessions.think_time_s if workload.sessions else 0.0)
-    rate = getattr(arrival, "rate_per_s", None)
-    if rate is not None:
-        return conversations / rate + between_turns
-    concurrency = getattr(arrival, "concurrency", None)
-    if concurrency is not None:
-        return (conversations // concurrency) * arrival.think_time_s + between_turns  # type: ignore[union-attr]
-    return 0.0
 
 
 # --- loading ---------------------------------------------------------------------------------

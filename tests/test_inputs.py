@@ -204,3 +204,28 @@ def test_a_trace_csv_in_latin1_is_named(tmp_path: Path) -> None:
     path.write_bytes(b"arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,1\n# caf\xe9\n")
     with pytest.raises(ScenarioError, match=r"trace\.csv: line 3: byte 0xe9"):
         read_trace(path)
+
+
+def test_simulated_times_that_would_lose_precision_are_refused(tmp_path: Path) -> None:
+    # 10,000 requests at 1e-6 /s span 1e10 s: float64 spacing there is 2**-19 s, past 1 us.
+    overrides = ["workload.num_requests=10000", "workload.arrival.rate_per_s=1e-6"]
+    with pytest.raises(ScenarioError, match=r"workload: the arrivals alone span ~1e\+10 s"):
+        load_scenario(None, overrides)
+    load_scenario(None, ["workload.num_requests=1000", "workload.arrival.rate_per_s=1e-6"])
+    from sim.workload.trace import read_trace
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,1\n1e301,1,1\n")
+    with pytest.raises(ScenarioError, match="lose microsecond precision"):
+        read_trace(trace)
+
+
+def test_an_engine_profile_is_held_to_the_schema_bounds(tmp_path: Path) -> None:
+    from sim.profiles import load_engine_profile
+
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "provenance: {}\nengine: {step_overhead_s: 1.0e308, per_sequence_overhead_s: 0.0}\n"
+    )
+    with pytest.raises(ScenarioError, match=r"step_overhead_s must be a number in \[0, 1\] s"):
+        load_engine_profile(str(path), tmp_path)

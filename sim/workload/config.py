@@ -58,6 +58,10 @@ MAX_CV = 100.0
 MAX_LOGNORMAL_SIGMA = 3.0
 #: Sampling temperatures above 2 are outside the OpenAI API's range [0, 2], which vLLM serves.
 MAX_TEMPERATURE = 2.0
+#: Simulated times stay below 2**32 s (136 years), where float64 spacing is 2**-20 s < 1 us, so a
+#: latency, a difference of two times, keeps microsecond resolution (IEEE 754: the spacing at t is
+#: 2**(floor(log2 t) - 52)).
+MAX_SIMULATED_S = float(2**32)
 
 
 class PoissonArrivalConfig(BaseModel):
@@ -223,6 +227,17 @@ class WorkloadConfig(BaseModel):
         return filled
 
     @model_validator(mode="after")
+    def _time_resolution(self) -> WorkloadConfig:
+        span = expected_span_s(self)
+        if span > MAX_SIMULATED_S:
+            raise ValueError(
+                f"the arrivals alone span ~{span:.3g} s of simulated time; past "
+                f"{MAX_SIMULATED_S:.3g} s (136 years) float64 seconds resolve less than 1 us "
+                "and latencies lose their precision. Raise the rate or lower num_requests"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _consistent(self) -> WorkloadConfig:
         is_trace = isinstance(self.arrival, TraceArrivalConfig)
         for key in ("prompt_tokens", "output_tokens"):
@@ -243,3 +258,17 @@ class WorkloadConfig(BaseModel):
                 f"num_requests {self.num_requests}"
             )
         return self
+
+
+def expected_span_s(workload: WorkloadConfig) -> float:
+    """A lower bound on the simulated time the arrivals span: conversations over the rate for
+    open loops, rounds of think time for closed loops, plus the think time between turns."""
+    arrival = workload.arrival
+    turns = workload.sessions.num_turns if workload.sessions is not None else 1
+    conversations = -(-workload.num_requests // turns)
+    between_turns = (turns - 1) * (workload.sessions.think_time_s if workload.sessions else 0.0)
+    if isinstance(arrival, PoissonArrivalConfig | GammaArrivalConfig):
+        return conversations / arrival.rate_per_s + between_turns
+    if isinstance(arrival, ClosedLoopArrivalConfig):
+        return (conversations // arrival.concurrency) * arrival.think_time_s + between_turns
+    return 0.0

@@ -20,7 +20,7 @@ from sim.errors import ScenarioError
 from sim.inputs import InputError, read_text
 
 CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-#: As sim.scenario.MAX_SIMULATED_S: 2**32 s, below which float64 resolves a microsecond.
+#: As sim.workload.config.MAX_SIMULATED_S: 2**32 s, below which float64 resolves a microsecond.
 MAX_TRACE_SPAN_S = float(2**32)
 
 
