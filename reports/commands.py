@@ -19,7 +19,7 @@ from rich.table import Table
 if TYPE_CHECKING:  # pandas is imported by the commands themselves: CLI start stays fast
     import pandas as pd
 
-from sim.cli_options import ForceOpt, ScenarioArg, SetOpt
+from sim.cli_options import ForceOpt, ScenarioArg, SetOpt, YesOpt
 
 
 def load_document(path: Path | None, overrides: list[str]) -> tuple[dict[str, Any], Path, str]:
@@ -154,6 +154,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path | None, typer.Option("--out", help="Output folder.")] = None,
         set_: SetOpt = None,
         force: ForceOpt = False,
+        yes: YesOpt = False,
     ) -> None:
         """Run every method on the same arrivals and lengths and compare them with none."""
         from reports.comparison import (
@@ -164,11 +165,16 @@ def register(app: typer.Typer) -> None:
             save_comparison,
         )
         from sim.output import check_output_folder, fresh_results_dir
+        from sim.scale import preflight
         from sim.scenario import validate_document
 
         document, base_dir, source = load_document(scenario, set_ or [])
-        name = validate_document(document, source).name
+        loaded = validate_document(document, source)
+        name = loaded.name
         method_names, added = parse_methods(methods)
+        # Every method's records are held until the comparison is written.
+        preflight(loaded, yes=yes, warn=err_console.print, base_dir=base_dir,
+                  copies=len(method_names))  # fmt: skip
         if out is not None:
             writes = (COMPARISON_FILE, FIGURE_FILE, *method_names)
             check_output_folder(out, force=force, writes=writes, inputs=_inputs(scenario))

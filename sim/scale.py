@@ -144,21 +144,32 @@ def preflight(
     keep_steps: bool = True,
     warn: Callable[[str], object],
     base_dir: Path | None = None,
+    copies: int = 1,
 ) -> RunEstimate:
     """Estimate a run before it starts: warn when it is large, refuse when it would not fit.
 
+    ``copies`` runs of this size held at once (a comparison keeps every method's records; a sweep
+    runs a point per worker) count ``copies`` times.
     Raise ScenarioError if the records would need more than half the memory available now and
     ``yes`` is false.
     """
-    estimate = estimate_run(scenario, base_dir or Path.cwd())
+    single = estimate_run(scenario, base_dir or Path.cwd())
+    estimate = RunEstimate(
+        single.num_requests * copies,
+        None if single.num_steps is None else single.num_steps * copies,
+        single.request_bytes * copies,
+        single.step_bytes * copies,
+        None if single.wall_s is None else single.wall_s * copies,
+    )
     available = _available_bytes()
+    held = f" ({copies} runs held at once)" if copies > 1 else ""
     if available is not None and estimate.record_bytes > available / 2 and not yes:
         raise ScenarioError(
-            f"{estimate.describe()}; only {available / 1e9:.1f} GB of memory is available. "
+            f"{estimate.describe()}{held}; only {available / 1e9:.1f} GB of memory is available. "
             "Lower workload.num_requests, or pass --yes to run anyway"
         )
     slow = estimate.wall_s is not None and estimate.wall_s > WARN_SECONDS
     if estimate.record_bytes > WARN_BYTES or slow:
         note = "" if keep_steps else " (steps are kept for the metrics, not written)"
-        warn(f"warning: {estimate.describe()}{note}")
+        warn(f"warning: {estimate.describe()}{held}{note}")
     return estimate

@@ -110,3 +110,15 @@ def test_progress_lines_at_each_tenth_and_when_slow() -> None:
         now[0] += MIN_INTERVAL_S + 1
         advance(1)
     assert len(slow) == 3  # one a half-minute although no tenth was reached
+
+
+def test_a_comparison_counts_every_methods_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 150,000 requests is ~0.9 GB of records per method: one fits in 2 GB free, three do not.
+    monkeypatch.setattr(scale, "_available_bytes", lambda: 2e9)
+    scenario, base_dir = load_scenario(None, ["workload.num_requests=150000"])
+    preflight(scenario, yes=False, warn=lambda _: None, base_dir=base_dir)
+    result = CliRunner().invoke(
+        app, ["compare", "--set", "workload.num_requests=150000", "--methods", "none,eagle3,ngram"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "3 runs held at once" in result.output and "--yes" in result.output
