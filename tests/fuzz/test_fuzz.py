@@ -4,7 +4,8 @@ artifact parser.
 Every generated case runs in this process under a time limit (SIGALRM) and a memory limit
 (RLIMIT_AS, the address space in use plus :data:`MEMORY_HEADROOM_BYTES`), and must end in a run
 whose metrics are finite and possible, or in one SpecsimError (what the command line prints as one
-message with exit 2). A traceback, a hang, a memory blow-up or an exit-0 run with a non-finite or
+message with exit 2) whose first words say where: the file (and line), the ``--set`` or the key
+path. A traceback, a hang, a memory blow-up or an exit-0 run with a non-finite or
 impossible metric fails the suite. A scenario the pre-run estimate (sim/scale.py) says would
 take longer than :data:`RUN_IF_ESTIMATE_BELOW_S` is not run: its estimate is what is checked. A
 small sample of cases also runs as ``python -m sim run`` subprocesses. Under CI hypothesis is
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -62,6 +64,14 @@ def fuzz(examples: int) -> settings:
     )
 
 
+#: A refusal's first words say where: a file (path, maybe with its line), a ``--set``, the
+#: scenario's source, a key path, or the run the pre-run estimate refused.
+_WHERE = re.compile(
+    r"^(?:--set |--out |fuzz|default scenario|/|[A-Za-z0-9_.-]+\.(?:yaml|txt|jsonl|json|csv)|"
+    r"[a-z_]+(?:\.[a-z0-9_]+)*: |nothing to fit|[0-9][0-9,]* requests)"
+)
+
+
 class Hang(BaseException):
     """Raised by SIGALRM inside a case that ran past TIME_LIMIT_S."""
 
@@ -100,8 +110,8 @@ def _outcome(call: Callable[[], str]) -> tuple[str, str]:
         return "memory", traceback.format_exc(limit=-3)
     except SpecsimError as error:
         message = str(error)
-        if not message.strip() or "Traceback" in message:
-            return "traceback", f"an unclear message: {message!r}"
+        if "Traceback" in message or not _WHERE.match(message):
+            return "traceback", f"a message that does not say where: {message!r}"
         return "refused", ""
     except Exception:
         return "traceback", traceback.format_exc()
@@ -433,8 +443,6 @@ def damaged_artifacts(draw: st.DrawFn, kind: str) -> bytes:
     mode = draw(st.sampled_from(["numbers", "numbers", "mutate", "truncate", "encode", "deep",
                                  "bytes"]))  # fmt: skip
     if mode == "numbers":
-        import re
-
         spans = [m.span() for m in re.finditer(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", text)]
         for _ in range(draw(st.integers(1, 4))):
             if not spans:
