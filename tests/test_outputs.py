@@ -253,3 +253,13 @@ def test_a_run_never_replaces_its_trace(tmp_path: Path) -> None:
     code, output = _invoke("run", str(scenario), "--out", str(tmp_path), "--force")
     assert code == 2 and "the input" in output
     assert trace.read_bytes() == before
+
+
+def test_report_out_onto_an_existing_file_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert _invoke("run", *SMALL, "--out", str(run))[0] == 0
+    target = tmp_path / "existing.html"
+    target.write_text("kept\n", encoding="utf-8")
+    code, output = _invoke("report", str(run), "--out", str(target))
+    assert code == 2 and "is an existing file" in output, output
+    assert target.read_text(encoding="utf-8") == "kept\n"
