@@ -96,8 +96,15 @@ def _requests(source: Source) -> RequestTable:
             if record.get(key) is not None:
                 columns[row, column] = as_float(record[key], source, key, line)
     tokens = columns[:, :2]
-    if not np.all(np.isfinite(tokens)) or np.any(tokens < 0) or np.any(tokens != np.round(tokens)):
-        raise failure(source, "input_toks and output_toks to be non-negative whole numbers")
+    if (
+        not np.all(np.isfinite(tokens))
+        or np.any(tokens < 0)
+        or np.any(tokens != np.round(tokens))
+        or np.any(tokens > 2**62)  # past int64: 1e300 tokens would cast to garbage
+    ):
+        raise failure(
+            source, "input_toks and output_toks to be non-negative whole numbers below 2**62"
+        )
     arrival, queued, first, last = columns[:, 2], columns[:, 3], columns[:, 5], columns[:, 6]
     finite_arrival = arrival[np.isfinite(arrival)]
     return RequestTable(
