@@ -39,6 +39,23 @@ def _inputs(scenario: Path | None) -> tuple[Path, ...]:
     return () if scenario is None else (scenario,)
 
 
+def _preflight_sweep(
+    points: list[Any], source: str, base_dir: Path, workers: int, yes: bool
+) -> None:
+    """The pre-run estimate of a sweep: its largest point, once per worker running at a time.
+
+    Raise ScenarioError if that would not fit in memory and ``yes`` is false.
+    """
+    from sim.cli import err_console
+    from sim.scale import preflight
+    from sim.scenario import validate_document
+
+    scenarios = [validate_document(point.document, source) for point in points]
+    largest = max(scenarios, key=lambda s: s.workload.num_requests)
+    preflight(largest, yes=yes, warn=err_console.print, base_dir=base_dir,
+              copies=min(workers, len(points)), parallel=True)  # fmt: skip
+
+
 def _fmt(value: Any, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -208,6 +225,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         set_: SetOpt = None,
         force: ForceOpt = False,
+        yes: YesOpt = False,
     ) -> None:
         """Run a grid of scenarios in parallel, resumably, into one tidy table."""
         from rich.progress import (
@@ -231,6 +249,7 @@ def register(app: typer.Typer) -> None:
         axes = parse_grid(grid or [])
         points = expand_grid(document, axes, source)
         check_sweep_folder(out, points, force=force, inputs=_inputs(scenario))
+        _preflight_sweep(points, source, base_dir, workers or os.cpu_count() or 1, yes)
         out.mkdir(parents=True, exist_ok=True)
         write_manifest(out, source, axes, set_ or [], points)
         progress = Progress(

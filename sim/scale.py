@@ -145,11 +145,12 @@ def preflight(
     warn: Callable[[str], object],
     base_dir: Path | None = None,
     copies: int = 1,
+    parallel: bool = False,
 ) -> RunEstimate:
     """Estimate a run before it starts: warn when it is large, refuse when it would not fit.
 
     ``copies`` runs of this size held at once (a comparison keeps every method's records; a sweep
-    runs a point per worker) count ``copies`` times.
+    runs a point per worker) count ``copies`` times; their wall time too unless ``parallel``.
     Raise ScenarioError if the records would need more than half the memory available now and
     ``yes`` is false.
     """
@@ -159,7 +160,7 @@ def preflight(
         None if single.num_steps is None else single.num_steps * copies,
         single.request_bytes * copies,
         single.step_bytes * copies,
-        None if single.wall_s is None else single.wall_s * copies,
+        None if single.wall_s is None else single.wall_s * (1 if parallel else copies),
     )
     available = _available_bytes()
     held = f" ({copies} runs held at once)" if copies > 1 else ""

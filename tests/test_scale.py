@@ -122,3 +122,13 @@ def test_a_comparison_counts_every_methods_records(monkeypatch: pytest.MonkeyPat
     )
     assert result.exit_code == 2, result.output
     assert "3 runs held at once" in result.output and "--yes" in result.output
+
+
+def test_a_sweep_counts_a_point_per_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scale, "_available_bytes", lambda: 2e9)
+    command = ["sweep", "--set", "workload.num_requests=150000", "--grid", "seed=1,2,3",
+               "--workers", "3", "--out", str(tmp_path / "sw")]  # fmt: skip
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2, result.output
+    assert "3 runs held at once" in result.output
+    assert not (tmp_path / "sw").exists()  # refused before the folder is made
