@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from sim.catalogue import gpu_names
+from sim.cli_options import ForceOpt
 from sim.errors import CalibrationError
 
 
@@ -112,6 +113,7 @@ def register(app: typer.Typer) -> None:
     """Add the ``calibrate`` command to ``app``."""
     # Imported here: sim.cli registers this command while it is itself being imported.
     from sim.cli import user_errors
+    from sim.output import check_output_file
 
     @app.command("calibrate")
     @user_errors
@@ -140,6 +142,7 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--check", help="Replay and compare; refit on half, check on half.")
         ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
+        force: ForceOpt = False,
     ) -> None:
         """Fit a profile (engine overheads, acceptance) to real vLLM/SGLang artifacts."""
         if gpu is not None and gpu not in gpu_names():
@@ -153,6 +156,8 @@ def register(app: typer.Typer) -> None:
             model = resolved
         if tp is not None and tp < 1:
             raise CalibrationError(f"--tp: must be >= 1, got {tp}")
+        # Before any fitting: the profile never replaces an artifact, nor silently a profile.
+        check_output_file(out, force=force, inputs=tuple(artifacts))
         # Imported here: fitting pulls in scipy and the parsers, which every CLI start would pay.
         from calibration.calibrate import calibrate
         from calibration.profile import write_profile

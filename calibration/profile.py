@@ -24,6 +24,7 @@ from calibration.parameters import PARAMETERS, efficiency_override
 from calibration.schema import ParsedArtifact
 from sim import __version__
 from sim.errors import CalibrationError
+from sim.output import atomic_write
 from sim.profiles import FORMAT_VERSION
 
 
@@ -226,13 +227,13 @@ def profile_yaml(document: dict[str, Any]) -> str:
 
 
 def write_profile(document: dict[str, Any], path: Path) -> None:
-    """Write the profile to ``path``, creating its folder.
+    """Write the profile to ``path`` atomically, creating its folder.
 
     Raise CalibrationError naming the path if it cannot be written.
     """
+    text = profile_yaml(document)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(profile_yaml(document), encoding="utf-8")
+        atomic_write(path, lambda handle: handle.write(text))
     except OSError as exc:
         raise CalibrationError(
             f"{path}: cannot write the profile ({exc.strerror or exc})"

@@ -39,7 +39,6 @@ from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row
 from reports.probes import (
     PROBE_TRIM_FRACTIONS,
     Probe,
-    ignore_sigint,
     probe_document,
     run_probe,
     run_saturation,
@@ -47,6 +46,7 @@ from reports.probes import (
 from reports.rate_search import RateSearch
 from reports.stability import MAX_OVERLOAD, MIN_TREND, Target
 from sim.errors import ScenarioError, SpecsimError
+from sim.pool import pool_worker_init
 from sim.scenario import Scenario, validate_document
 
 DEFAULT_PROBE_REQUESTS = 2000
@@ -70,7 +70,7 @@ def make_executor(workers: int) -> Executor:
     """``workers`` local processes that ignore Ctrl-C (the parent decides), or inline for 1."""
     if workers <= 1:
         return InlineExecutor()
-    return ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint)
+    return ProcessPoolExecutor(max_workers=workers, initializer=pool_worker_init)
 
 
 def _unconfirmed(plan: MethodPlan, maximum: int) -> Probe | None:

@@ -7,7 +7,6 @@ as one message with exit code 2.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from pathlib import Path
@@ -21,7 +20,7 @@ if TYPE_CHECKING:  # pandas is imported by the commands themselves: CLI start st
     import pandas as pd
 
 from reports.bench_options import BenchOptions, apply_bench_options, with_bench_options
-from sim.cli_options import ScenarioArg, SetOpt
+from sim.cli_options import ForceOpt, ScenarioArg, SetOpt, YesOpt
 
 
 def load_document(
@@ -32,16 +31,35 @@ def load_document(
 
     Raise ScenarioError if the file, an override, an option or the resulting scenario is invalid.
     """
-    from sim.scenario import apply_override, read_document, validate_document
+    from sim.scenario import document_with_overrides, validate_document
 
-    document, base_dir, source = read_document(path)
-    document = copy.deepcopy(document)
-    for assignment in overrides:
-        apply_override(document, assignment)
+    document, base_dir, source = document_with_overrides(path, overrides)
     if bench is not None:
         apply_bench_options(document, bench)
     validate_document(document, source)
     return document, base_dir, source
+
+
+def _inputs(scenario: Path | None) -> tuple[Path, ...]:
+    """The files a command reads, which its outputs must never replace."""
+    return () if scenario is None else (scenario,)
+
+
+def _preflight_sweep(
+    points: list[Any], source: str, base_dir: Path, workers: int, yes: bool
+) -> None:
+    """The pre-run estimate of a sweep: its largest point, once per worker running at a time.
+
+    Raise ScenarioError if that would not fit in memory and ``yes`` is false.
+    """
+    from sim.cli import err_console
+    from sim.scale import preflight
+    from sim.scenario import validate_document
+
+    scenarios = [validate_document(point.document, source) for point in points]
+    largest = max(scenarios, key=lambda s: s.workload.num_requests)
+    preflight(largest, yes=yes, warn=err_console.print, base_dir=base_dir,
+              copies=min(workers, len(points)), parallel=True)  # fmt: skip
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -224,11 +242,16 @@ def register(app: typer.Typer) -> None:
                 help="Leave out an arm that cannot run (default: stop with its reason).",
             ),
         ] = False,
+        force: ForceOpt = False,
+        yes: YesOpt = False,
         *,
         bench: BenchOptions,
     ) -> None:
         """Run every method on the same arrivals and lengths and compare them with none."""
         from reports.comparison import (
+            COMPARISON_FILE,
+            FIGURE_FILE,
+            arm_folder,
             compare_methods,
             parse_arms,
             save_comparison,
@@ -236,12 +259,20 @@ def register(app: typer.Typer) -> None:
         )
         from reports.progress import interrupted_line, item_progress
         from sim.errors import ScenarioError
-        from sim.output import fresh_results_dir
+        from sim.output import check_output_folder, fresh_results_dir
+        from sim.scale import preflight
         from sim.scenario import validate_document
 
         document, base_dir, source = load_document(scenario, set_ or [], bench)
-        name = validate_document(document, source).name
+        loaded = validate_document(document, source)
+        name = loaded.name
         arms, added = parse_arms(methods)
+        # Every arm's records are held until the comparison is written.
+        preflight(loaded, yes=yes, warn=err_console.print, base_dir=base_dir,
+                  copies=len(arms))  # fmt: skip
+        if out is not None:
+            writes = (COMPARISON_FILE, FIGURE_FILE, *(arm_folder(arm.label) for arm in arms))
+            check_output_folder(out, force=force, writes=writes, inputs=_inputs(scenario))
         if added:
             err_console.print("none added as the baseline for speed-ups", highlight=False)
         blocked = unrunnable_arms(document, base_dir, source, arms)
@@ -288,12 +319,15 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--scheduler", help="Dask scheduler address to run on.")
         ] = None,
         set_: SetOpt = None,
+        force: ForceOpt = False,
+        yes: YesOpt = False,
         *,
         bench: BenchOptions,
     ) -> None:
         """Run a grid of scenarios in parallel, resumably, into one tidy table."""
         from reports.progress import interrupted_line, item_progress
         from reports.sweep import (
+            check_sweep_folder,
             expand_grid,
             finished_summary,
             parse_grid,
@@ -304,8 +338,10 @@ def register(app: typer.Typer) -> None:
         document, base_dir, source = load_document(scenario, set_ or [], bench)
         axes = parse_grid(grid or [])
         points = expand_grid(document, axes, source)
+        check_sweep_folder(out, points, force=force, inputs=_inputs(scenario))
+        _preflight_sweep(points, source, base_dir, workers or os.cpu_count() or 1, yes)
         out.mkdir(parents=True, exist_ok=True)
-        write_manifest(out, source, axes, set_ or [])
+        write_manifest(out, source, axes, set_ or [], points)
         reused = sum(finished_summary(out, p.point_id) is not None for p in points)
         by_id = {p.point_id: p for p in points}
 
@@ -398,12 +434,18 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option("--workers", min=1, help="Local processes (default: cores).")
         ] = None,
         set_: SetOpt = None,
+        force: ForceOpt = False,
     ) -> None:
         """The highest request rate each method sustains under the SLO, nodes and cost."""
         from reports.capacity import plan_capacity
+        from reports.plan_output import PLAN_CSV, PLAN_JSON, PROBES_CSV
         from reports.progress import interrupted_line, item_progress
+        from sim.output import check_output_folder
 
         document, base_dir, source = load_document(scenario, set_ or [])
+        check_output_folder(
+            out, force=force, writes=(PLAN_JSON, PLAN_CSV, PROBES_CSV), inputs=_inputs(scenario)
+        )
         with item_progress(1, "plan: probes", err_console) as progress:
             result = plan_capacity(
                 document,

@@ -33,7 +33,7 @@ import numpy as np
 import typer
 
 from reports.slo import SloTerm, slo_value
-from sim.cli_options import ScenarioArg, SetOpt
+from sim.cli_options import ForceOpt, ScenarioArg, SetOpt
 from sim.errors import ScenarioError, SpecsimError
 from sim.run import run_scenario
 from sim.scenario import Scenario, validate_document
@@ -383,13 +383,16 @@ def register(app: typer.Typer) -> None:
             typer.Option("--out", metavar="FOLDER", help="Write the plan (plan.json) here."),
         ] = None,
         set_: SetOpt = None,
+        force: ForceOpt = False,
     ) -> None:
         """How many nodes: the smallest fleet holding the SLO at the target rate (fleet runs)."""
         from reports.slo import parse_slo, slo_from_mapping
-        from sim.output import write_json
+        from sim.output import check_output_folder, write_json
         from sim.scenario import load_scenario
 
         loaded, base_dir = load_scenario(scenario, set_ or [])
+        if out is not None:
+            check_output_folder(out, force=force, writes=(PLAN_FILE,))
         if target_rate <= 0:
             raise ScenarioError("--target-rate: give the request rate the fleet must serve (> 0)")
         if price is not None and not price > 0:

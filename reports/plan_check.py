@@ -21,6 +21,7 @@ from reports.goodput import GoodputTarget
 from reports.probes import PROBE_TRIM_FRACTIONS, probe_document
 from reports.stability import MAX_OVERLOAD, Target
 from sim.metrics import goodput, measurement_window
+from sim.pool import pool_worker_init
 from sim.run import run_scenario
 from sim.scenario import validate_document
 
@@ -97,7 +98,7 @@ def check_plan(
         for seed in plan["seeds"]
     ]
     if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as executor:
+        with ProcessPoolExecutor(max_workers=workers, initializer=pool_worker_init) as executor:
             runs = list(executor.map(long_run, *zip(*tasks, strict=True)))
     else:
         runs = [long_run(*task) for task in tasks]

@@ -16,9 +16,6 @@ worst): it runs alone until it is decided, and the others only if it holds.
 from __future__ import annotations
 
 import copy
-import ctypes
-import signal
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,16 +101,6 @@ def run_probe(
         return f"{source}: {exc}"
     summary = {key: result.summary[key] for key in KEPT_SUMMARY_KEYS}
     return {"judgement": judgement, "summary": summary}
-
-
-def ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C reaches the process group; only the parent decides. On Linux
-    the worker also asks for SIGTERM when its parent dies, so a killed plan leaves no workers
-    behind."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass

@@ -33,7 +33,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write report.html (self-contained) and report.md with figures for a result folder."""
         from reports.render import render_report
+        from sim.output import check_output_folder
 
+        # A report is rebuilt from the results beside it, so replacing report.html is expected;
+        # a file where the folder should be is not.
+        check_output_folder(out or folder, force=True, writes=("report.html", "report.md"))
         written = render_report(folder, out)
         err_console.print(
             f"{len(written.figure_paths)} figure{'' if len(written.figure_paths) == 1 else 's'}; "

@@ -12,7 +12,6 @@ import copy
 import hashlib
 import itertools
 import json
-import signal
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -24,8 +23,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sim.errors import ScenarioError, SpecsimError
-from sim.output import write_json, write_table, write_yaml
+from sim.errors import OutputError, ScenarioError, SpecsimError
+from sim.output import check_output_folder, write_json, write_table, write_yaml
+from sim.pool import pool_worker_init
 from sim.results import SCENARIO_FILE, SUMMARY_FILE, load_summary, save_result
 from sim.run import ScenarioResult, resolve_engine, resolved_document, run_scenario
 from sim.scenario import Scenario, apply_override, validate_document
@@ -192,16 +192,70 @@ def save_outcome(out_dir: Path, point: SweepPoint, outcome: PointOutcome) -> Non
     save_result(outcome.result, folder, write_steps=False, vllm_bench=outcome.vllm_bench)
 
 
-def write_manifest(out_dir: Path, scenario: str, axes: list[GridAxis], sets: list[str]) -> None:
-    """Write ``sweep.json``: the command's scenario, grid and overrides, for reports and reruns."""
-    write_json(
-        out_dir / MANIFEST_FILE,
-        {
-            "scenario": scenario,
-            "grid": {axis.key: list(axis.values) for axis in axes},
-            "set": sets,
-        },
+def sweep_identity(points: list[SweepPoint]) -> str:
+    """SHA-256 over the sorted point identities: the same grid of resolved scenarios, however
+    written, has the same identity."""
+    joined = ",".join(sorted(point.point_id for point in points))
+    return hashlib.sha256(joined.encode("ascii")).hexdigest()[:HASH_CHARS]
+
+
+def check_sweep_folder(
+    out_dir: Path, points: list[SweepPoint], *, force: bool, inputs: tuple[Path, ...] = ()
+) -> None:
+    """Before a sweep: ``out_dir`` may be new, or hold this very sweep (a rerun resumes it).
+
+    Raise OutputError if it is a file, or holds another sweep (a different identity in
+    ``sweep.json``, or point folders this grid does not have) or other results, unless ``force``.
+    """
+    check_output_folder(out_dir, force=True, writes=(MANIFEST_FILE,), inputs=inputs)
+    if force or not out_dir.is_dir():
+        return
+    mine = {point.point_id for point in points}
+    manifest = out_dir / MANIFEST_FILE
+    recorded = None
+    if manifest.is_file():
+        try:
+            recorded = json.loads(manifest.read_text(encoding="utf-8")).get("sweep_id")
+        except (ValueError, AttributeError, UnicodeDecodeError):
+            recorded = "unreadable"
+    points_dir = out_dir / POINTS_DIR
+    foreign = (
+        sorted(p.name for p in points_dir.iterdir() if p.name not in mine)
+        if (points_dir.is_dir())
+        else []
     )
+    others = [
+        name for name in (SUMMARY_FILE, "plan.json", "comparison.csv") if (out_dir / name).exists()
+    ]
+    if recorded not in (None, sweep_identity(points)) or foreign or others:
+        what = (
+            f"{len(foreign)} point folders of another grid ({', '.join(foreign[:3])}...)"
+            if foreign
+            else (f"other results ({', '.join(others)})" if others else f"sweep {recorded}")
+        )
+        raise OutputError(
+            f"--out {out_dir}: holds {what}, not this sweep ({sweep_identity(points)}); give "
+            "another folder, or --force to add to it"
+        )
+
+
+def write_manifest(
+    out_dir: Path,
+    scenario: str,
+    axes: list[GridAxis],
+    sets: list[str],
+    points: list[SweepPoint] | None = None,
+) -> None:
+    """Write ``sweep.json``: the command's scenario, grid and overrides, for reports and reruns,
+    with the sweep's identity (:func:`sweep_identity`) when its points are given."""
+    document: dict[str, Any] = {
+        "scenario": scenario,
+        "grid": {axis.key: list(axis.values) for axis in axes},
+        "set": sets,
+    }
+    if points is not None:
+        document["sweep_id"] = sweep_identity(points)
+    write_json(out_dir / MANIFEST_FILE, document)
 
 
 def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
@@ -331,11 +385,6 @@ def write_sweep_table(
     return frame
 
 
-def _ignore_sigint() -> None:
-    # Ctrl-C reaches the whole process group; only the parent decides what to keep.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _outcomes(
     points: list[SweepPoint], base_dir: str, workers: int, scheduler: str | None
 ) -> Iterator[PointOutcome]:
@@ -350,7 +399,7 @@ def _outcomes(
             yield run_point(point.point_id, point.document, base_dir)
         return
     executor = ProcessPoolExecutor(
-        max_workers=min(workers, len(points)), initializer=_ignore_sigint
+        max_workers=min(workers, len(points)), initializer=pool_worker_init
     )
     try:
         futures = [

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 
 from reports.bench_options import BenchOptions, with_bench_options
-from sim.cli_options import OutOpt, ScenarioArg, SetOpt
+from sim.cli_options import ForceOpt, OutOpt, ScenarioArg, SetOpt, YesOpt
 from sim.errors import SpecsimError
 
 
@@ -98,6 +98,14 @@ def progress_reporter(total: int, label: str) -> tuple[Callable[[int], None] | N
     return (lambda n: progress.advance(task, n)), progress
 
 
+#: Off a terminal, runs of this many requests or more print progress lines (sim/progress_lines.py).
+PROGRESS_LINES_FROM = 10_000
+
+
+def _stderr_line(text: str) -> None:
+    err_console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
 @app.command()
 @user_errors
 @with_bench_options
@@ -105,7 +113,9 @@ def run(
     scenario: ScenarioArg = None,
     out: OutOpt = None,
     set_: SetOpt = None,
-    no_steps: Annotated[bool, typer.Option("--no-steps", help="Skip steps.csv.")] = False,
+    no_steps: Annotated[
+        bool, typer.Option("--no-steps", help="Do not write the step records (steps.parquet).")
+    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as JSON (--result-format json).")
     ] = False,
@@ -117,6 +127,8 @@ def run(
             "vllm bench serve --save-result writes (the folder's vllm_bench.json).",
         ),
     ] = ResultFormat.table,
+    force: ForceOpt = False,
+    yes: YesOpt = False,
     *,
     bench: BenchOptions,
 ) -> None:
@@ -125,20 +137,29 @@ def run(
     from reports.commands import load_document
     from sim.output import fresh_results_dir
     from sim.report_text import summary_table
-    from sim.results import save_result
+    from sim.results import check_run_output, save_result, scenario_inputs
     from sim.run import run_scenario
+    from sim.scale import preflight
     from sim.scenario import validate_document
     from sim.vllm_bench import vllm_bench_result
 
     document, base_dir, source = load_document(scenario, set_ or [], bench)
     loaded = validate_document(document, source)
+    if out is not None:
+        inputs = scenario_inputs(loaded, base_dir) + ((scenario,) if scenario else ())
+        check_run_output(out, force=force, inputs=inputs)
+    preflight(loaded, yes=yes, keep_steps=not no_steps, warn=err_console.print)
     reporter, bar = progress_reporter(loaded.workload.num_requests, "simulating")
+    if reporter is None and loaded.workload.num_requests >= PROGRESS_LINES_FROM:
+        from sim.progress_lines import progress_lines
+
+        reporter = progress_lines(loaded.workload.num_requests, "simulating", _stderr_line)
     try:
         if bar is not None:
             with bar:
                 result = run_scenario(loaded, base_dir, reporter)
         else:
-            result = run_scenario(loaded, base_dir)
+            result = run_scenario(loaded, base_dir, reporter)
     except KeyboardInterrupt:
         from reports.progress import interrupted_line
 
@@ -171,11 +192,14 @@ def schema(
             "--out", metavar="FILE", help="Write the schema to this JSON file instead of stdout."
         ),
     ] = None,
+    force: ForceOpt = False,
 ) -> None:
     """Print the JSON Schema of scenario files (or write it to a file with --out), for editors."""
-    from sim.output import write_json
+    from sim.output import check_output_file, write_json
     from sim.scenario import scenario_json_schema
 
+    if out is not None:
+        check_output_file(out, force=force)
     document = scenario_json_schema()
     if out is None:
         typer.echo(json.dumps(document, indent=2))
@@ -219,9 +243,15 @@ def analyze(
         Path | None,
         typer.Option("--out", metavar="FOLDER", help="Write the figure and the table here."),
     ] = None,
+    force: ForceOpt = False,
 ) -> None:
     """Expected tokens per verify step against alpha and k, the optimal k, and the starting
     claims about alpha and k recomputed by formula and by simulation."""
+    from sim.output import atomic_write, check_output_folder, write_table
+
+    analysis_files = ("tokens_per_step.png", "tokens_per_step.csv")
+    if out is not None:
+        check_output_folder(out, force=force, writes=analysis_files)
     from sim.analysis import (
         expected_tokens_per_step,
         lesson_comparison,
@@ -243,9 +273,11 @@ def analyze(
     typer.echo("")
     typer.echo(lesson_comparison().format_text())
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        tokens_per_step_figure(table).savefig(out / "tokens_per_step.png", dpi=120)
-        table.to_csv(out / "tokens_per_step.csv")
+        figure = tokens_per_step_figure(table)
+        atomic_write(
+            out / analysis_files[0], lambda f: figure.savefig(f, format="png", dpi=120), True
+        )
+        write_table(out / analysis_files[1], table.reset_index())
         err_console.print(f"figure and table written to {out}", highlight=False)
 
 

@@ -24,3 +24,20 @@ SetOpt = Annotated[
     ),
 ]
 OutOpt = Annotated[Path | None, typer.Option("--out", metavar="FOLDER", help="Output folder.")]
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Replace results already at --out (never an input file).",
+        show_default=False,
+    ),
+]
+YesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--yes",
+        "-y",
+        help="Run even when the pre-run estimate is over the size or time limit.",
+        show_default=False,
+    ),
+]

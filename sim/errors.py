@@ -23,5 +23,10 @@ class CalibrationError(SpecsimError):
     """An artifact cannot be parsed or a fit cannot be made; the message names the file and line."""
 
 
+class OutputError(SpecsimError):
+    """An output would overwrite an input or an earlier result, or cannot be written where asked;
+    the message says what exists and how to proceed (``--force`` or another path)."""
+
+
 class InvariantError(SpecsimError):
     """An internal invariant was broken: a bug in specsim, never the user's fault."""

@@ -1,13 +1,20 @@
-"""Writing results: atomically, so an interrupted run never leaves a half-written file.
+"""Writing results: atomically, with the user's umask, and never over what a user has.
 
 Every file is written to a temporary name in the same folder and renamed into place
-(``os.replace`` is atomic on POSIX and Windows).
+(``os.replace`` is atomic on POSIX and Windows), then given the mode a plain ``open`` would
+(``0o666`` less the umask; ``mkstemp`` alone leaves ``0o600``).
+
+Before any work, a command checks its outputs with :func:`check_output_folder` or
+:func:`check_output_file`: an output that is an input, an existing file where a folder is due, or
+earlier results, is refused with what exists, unless ``--force`` is given. A results folder's
+name from the scenario goes through :func:`safe_name`, so it is always one path component.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -18,12 +25,27 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from sim.errors import OutputError
 
-def atomic_write(path: Path, write: Callable[[IO[Any]], None], binary: bool = False) -> None:
+#: Longest results-folder name kept from a scenario name (file systems allow 255 bytes; the
+#: timestamp suffix needs 17).
+MAX_NAME_CHARS = 100
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: Path, write: Callable[[IO[Any]], object], binary: bool = False) -> None:
     """Call ``write`` on a temporary file beside ``path``, then rename it to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         handle: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
         with handle as f:
             write(f)
@@ -65,13 +87,87 @@ def write_table(path: Path, frame: pd.DataFrame) -> None:
         atomic_write(path, lambda f: frame.to_csv(f, index=False))
 
 
+def safe_name(name: str) -> str:
+    """``name`` as one harmless path component: separators, ``..``, NUL and other characters
+    outside ``A-Za-z0-9._+-`` become ``-``, leading dots and dashes go, at most MAX_NAME_CHARS."""
+    cleaned = _UNSAFE.sub("-", name).lstrip(".-")[:MAX_NAME_CHARS].rstrip(".-")
+    return cleaned or "scenario"
+
+
 def fresh_results_dir(root: Path, name: str) -> Path:
-    """A new folder ``root/<name>-<UTC timestamp>`` (suffixed if it already exists)."""
+    """A new folder ``root/<safe name>-<UTC timestamp>`` (suffixed if it already exists)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = root / f"{name}-{stamp}"
+    base = root / f"{safe_name(name)}-{stamp}"
     candidate, n = base, 1
     while candidate.exists():
         n += 1
         candidate = Path(f"{base}-{n}")
     candidate.mkdir(parents=True)
     return candidate
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _refuse_inputs(path: Path, inputs: tuple[Path, ...], flag: str) -> None:
+    for source in inputs:
+        if source is not None and _same_file(path, Path(source)):
+            raise OutputError(f"{flag} {path}: is the input {source}; write somewhere else")
+
+
+def check_output_file(
+    path: Path, *, force: bool, inputs: tuple[Path, ...] = (), flag: str = "--out"
+) -> None:
+    """Check, before any work, that a file may be written at ``path``.
+
+    Raise OutputError if ``path`` is one of ``inputs`` (never overwritten, even with ``force``),
+    a folder, under a file, or an existing file and ``force`` is false.
+    """
+    _refuse_inputs(path, inputs, flag)
+    if path.is_dir():
+        raise OutputError(f"{flag} {path}: is a folder; give a file name")
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise OutputError(f"{flag} {path}: {parent} is a file, not a folder")
+    if path.exists() and not force:
+        raise OutputError(f"{flag} {path}: the file exists; use --force to replace it")
+
+
+def check_output_folder(
+    path: Path,
+    *,
+    force: bool,
+    writes: tuple[str, ...],
+    inputs: tuple[Path, ...] = (),
+    flag: str = "--out",
+) -> None:
+    """Check, before any work, that the files ``writes`` may be written into folder ``path``.
+
+    Raise OutputError if ``path`` is an existing file (or lies under one), if a file it would
+    write is one of ``inputs`` (never overwritten, even with ``force``), or if it already holds
+    any of ``writes`` and ``force`` is false; the message lists what exists.
+    """
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{flag} {path}: is an existing file; give a folder")
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise OutputError(f"{flag} {path}: {parent} is a file, not a folder")
+    for name in writes:
+        for source in inputs:
+            if _same_file(path / name, Path(source)):
+                raise OutputError(
+                    f"{flag} {path}: would replace {name}, the input {source}; write elsewhere"
+                )
+    existing = [name for name in writes if (path / name).exists()]
+    if existing and not force:
+        shown = ", ".join(existing[:6]) + (
+            f" and {len(existing) - 6} more" if len(existing) > 6 else ""
+        )
+        raise OutputError(
+            f"{flag} {path}: already holds {shown} from an earlier run; use --force to replace "
+            "them, or give another folder"
+        )

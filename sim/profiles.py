@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sim.acceptance.models import PositionalAcceptanceModel, TargetTauModel
 from sim.acceptance.plan import AcceptanceModel
 from sim.cost_model import Efficiency
 from sim.errors import ScenarioError
+from sim.inputs import InputError, load_yaml, read_text
 
 #: Where shipped calibrated profiles live (package data of ``calibration``).
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
@@ -82,9 +81,9 @@ def read_profile(name_or_path: str, base_dir: Path, key: str) -> tuple[dict[str,
     if not path.is_file():
         raise ScenarioError(f"{key}: profile file {name_or_path!r} not found")
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ScenarioError(f"{key}: {name_or_path}: not a readable YAML file ({exc})") from None
+        document = load_yaml(read_text(path), str(path))
+    except InputError as exc:
+        raise ScenarioError(f"{key}: {exc}") from None
     if not isinstance(document, dict) or not isinstance(document.get("provenance"), dict):
         raise ScenarioError(
             f"{key}: {name_or_path}: not a calibrated profile (expected a mapping with "
@@ -93,10 +92,22 @@ def read_profile(name_or_path: str, base_dir: Path, key: str) -> tuple[dict[str,
     return document, name_or_path
 
 
+#: The scenario schema's bound on host overheads (sim.scenario.MAX_OVERHEAD_S): a profile is
+#: held to the same range as the keys it stands in for.
+MAX_PROFILE_OVERHEAD_S = 1.0
+
+
 def _number(section: dict[str, Any], name: str, key: str, label: str) -> float:
     value = section.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ScenarioError(f"{key}: {label}: engine.{name} must be a number >= 0, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_PROFILE_OVERHEAD_S
+    ):
+        raise ScenarioError(
+            f"{key}: {label}: engine.{name} must be a number in [0, "
+            f"{MAX_PROFILE_OVERHEAD_S:g}] s, got {value!r}"
+        )
     return float(value)
 
 

@@ -1,21 +1,55 @@
-"""Saving and loading one run's folder: summary, records and the resolved scenario."""
+"""Saving and loading one run's folder: summary, records and the resolved scenario.
+
+Step records can be tens of millions of rows; :func:`stream_steps` streams them to disk in chunks
+of :data:`CHUNK_ROWS` rows (Parquet row groups when pyarrow is installed, CSV otherwise), so
+writing never builds a second copy of the table or its text in memory.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+import numpy as np
 import pandas as pd
 
-from sim.output import write_json, write_table, write_yaml
+from sim.output import check_output_folder, current_umask, write_json, write_table, write_yaml
 from sim.run import ScenarioResult
+from sim.scenario import Scenario
 from sim.vllm_bench import VLLM_BENCH_FILE, vllm_bench_result
 
 SUMMARY_FILE = "summary.json"
 REQUESTS_FILE = "requests.csv"
 STEPS_FILE = "steps.csv"
+STEPS_PARQUET_FILE = "steps.parquet"
 SCENARIO_FILE = "scenario.resolved.yaml"
+#: Every file a run folder may hold: what ``--out`` must not silently replace.
+RUN_FILES = (SUMMARY_FILE, REQUESTS_FILE, STEPS_FILE, STEPS_PARQUET_FILE, SCENARIO_FILE)
+#: Rows per chunk when streaming step records: 262,144 rows of 19 columns is ~28 MB.
+CHUNK_ROWS = 1 << 18
+
+
+def scenario_inputs(scenario: Scenario, base_dir: Path) -> tuple[Path, ...]:
+    """The files a scenario reads (trace and recorded lengths), resolved as the run resolves
+    them: outputs must never replace them."""
+    workload = scenario.workload
+    paths = [
+        getattr(part, "path", None)
+        for part in (workload.arrival, workload.prompt_tokens, workload.output_tokens)
+    ]
+    return tuple(p if p.is_absolute() else base_dir / p for p in paths if p is not None)
+
+
+def check_run_output(out_dir: Path, *, force: bool, inputs: tuple[Path, ...] = ()) -> None:
+    """Before a run: refuse an ``--out`` that is a file or holds an earlier run's results.
+
+    Raise OutputError saying what exists unless ``force``, or if a file to write is an input.
+    """
+    check_output_folder(out_dir, force=force, writes=RUN_FILES, inputs=inputs)
 
 
 def requests_frame(result: ScenarioResult) -> pd.DataFrame:
@@ -34,6 +68,89 @@ def steps_frame(result: ScenarioResult) -> pd.DataFrame:
     return frame
 
 
+def steps_file_name() -> str:
+    """``steps.parquet`` when pyarrow is installed, else ``steps.csv``."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return STEPS_FILE
+    return STEPS_PARQUET_FILE
+
+
+class StepStreamWriter:
+    """Step records appended chunk by chunk to a temporary file, renamed into place on close.
+
+    ``write`` takes a mapping of equal-length column arrays (a chunk of steps, numbered on from
+    the last chunk); nothing is kept in memory between calls. Parquet chunks become row groups;
+    CSV chunks are appended under one header. ``close`` renames the file into place atomically
+    with the user's umask; ``abort`` (or an exception inside ``with``) removes it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~current_umask())
+        self._tmp = Path(tmp)
+        self._handle: IO[Any] = os.fdopen(fd, "wb")
+        self._parquet: Any = None
+        self._num_rows = 0
+
+    @property
+    def num_rows(self) -> int:
+        """Steps written so far."""
+        return self._num_rows
+
+    def write(self, columns: Mapping[str, np.ndarray]) -> None:
+        """Append one chunk of steps."""
+        count = len(next(iter(columns.values()))) if columns else 0
+        chunk = {"step": np.arange(self._num_rows, self._num_rows + count, dtype=np.int64)}
+        chunk.update(columns)
+        if self.path.suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.table(chunk)
+            if self._parquet is None:
+                self._parquet = pq.ParquetWriter(self._handle, table.schema)
+            self._parquet.write_table(table)
+        else:
+            text = pd.DataFrame(chunk).to_csv(index=False, header=self._num_rows == 0)
+            self._handle.write(text.encode("utf-8"))
+        self._num_rows += count
+
+    def close(self) -> Path:
+        """Finish the file and rename it into place; return its path."""
+        if self._parquet is not None:
+            self._parquet.close()
+        self._handle.close()
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the partial file."""
+        self._handle.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> StepStreamWriter:
+        return self
+
+    def __exit__(self, kind: object, value: object, trace: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def stream_steps(out_dir: Path, columns: Mapping[str, np.ndarray], rows: int = CHUNK_ROWS) -> Path:
+    """Write step records into ``out_dir`` in chunks of ``rows`` steps; return the file."""
+    total = len(next(iter(columns.values()))) if columns else 0
+    with StepStreamWriter(out_dir / steps_file_name()) as writer:
+        for start in range(0, max(total, 1), rows):
+            writer.write({name: column[start : start + rows] for name, column in columns.items()})
+    return writer.path
+
+
 def save_result(
     result: ScenarioResult,
     out_dir: Path,
@@ -41,14 +158,15 @@ def save_result(
     write_steps: bool = True,
     vllm_bench: dict[str, Any] | None = None,
 ) -> None:
-    """Write ``summary.json``, ``requests.csv``, ``steps.csv``, the resolved scenario and
-    ``vllm_bench.json`` (the run in ``vllm bench serve --save-result``'s keys; computed from
-    the records unless given, as it must be when the step records were dropped)."""
+    """Write the resolved scenario, ``requests.csv``, the step records (streamed; see
+    :func:`stream_steps`), ``vllm_bench.json`` (the run in ``vllm bench serve --save-result``'s
+    keys; computed from the records unless given, as it must be when the step records were
+    dropped) and ``summary.json`` last, so a folder with a summary is complete."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(out_dir / SCENARIO_FILE, result.resolved_scenario)
     write_table(out_dir / REQUESTS_FILE, requests_frame(result))
     if write_steps:
-        write_table(out_dir / STEPS_FILE, steps_frame(result))
+        stream_steps(out_dir, result.steps)
     bench = vllm_bench if vllm_bench is not None else vllm_bench_result(result)
     write_json(out_dir / VLLM_BENCH_FILE, bench)
     write_json(out_dir / SUMMARY_FILE, result.summary)

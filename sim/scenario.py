@@ -8,22 +8,27 @@ whole document before any object is built. Every problem is reported at once, ea
 from __future__ import annotations
 
 import copy
+import difflib
+import math
+import types
+import typing
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from sim.acceptance.config import AcceptanceConfig
 from sim.catalogue import ModelSpec, gpu_names, model_names
 from sim.engine.presets import aliases, known_names, preset_names
 from sim.errors import ScenarioError
 from sim.fleet.config import FleetConfig
+from sim.inputs import SCHEMA_CONFIG, InputError, load_yaml, read_text
 from sim.model_names import resolve_model_name
 from sim.workload import WorkloadConfig
+from sim.workload.config import MAX_REQUESTS, MAX_TOKENS
 
-_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_STRICT = SCHEMA_CONFIG
 
 #: Drafting strategies a scenario can name (``speculation.method``).
 METHODS = (
@@ -39,6 +44,21 @@ METHODS = (
     "suffix",
     "p_eagle",
 )
+#: Host overheads (per step, sequence, layer, token; front-end terms) above one second are refused:
+#: the presets and fits hold 1e-6 to 1e-2 s (sim/data/host_costs.yaml), so a second is a unit
+#: mistake, and 1e308 s would make every duration infinite.
+MAX_OVERHEAD_S = 1.0
+#: vLLM's default max_num_seqs is in the hundreds; 65,536 sequences in one batch is no engine.
+MAX_BATCH_SEQS = 65_536
+#: vLLM's KV block sizes are 1 to 128 tokens; 4,096 leaves room for any engine's paging.
+MAX_BLOCK_SIZE = 4096
+#: Draft trees: EAGLE-2's published trees hold 60 draft tokens (Li et al. 2024) and Medusa's
+#: default sparse tree 63 (``mc_sim_7b_63``); a thousand nodes per verify step is past both.
+MAX_TREE_WIDTH = 64
+MAX_TREE_DEPTH = 64
+MAX_TREE_NODES = 1024
+#: A latency bound above a day (in ms) is not a serving SLO.
+MAX_LATENCY_MS = 86_400_000.0
 SLO_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
 SLO_STATS = ("mean", "p50", "p90", "p99")
 
@@ -102,9 +122,9 @@ class FrontendConfig(BaseModel):
 
     model_config = _STRICT
     enabled: bool | None = None
-    ingress_fixed_s: float | None = Field(default=None, ge=0)
-    ingress_per_prompt_token_s: float | None = Field(default=None, ge=0)
-    egress_per_chunk_s: float | None = Field(default=None, ge=0)
+    ingress_fixed_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
+    ingress_per_prompt_token_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
+    egress_per_chunk_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
 
 
 class EngineConfig(BaseModel):
@@ -112,19 +132,19 @@ class EngineConfig(BaseModel):
 
     model_config = _STRICT
     preset: str = Field(default="vllm-v1", json_schema_extra={"enum": list(known_names())})
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
-    block_size: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_BATCH_SEQS)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    block_size: int | None = Field(default=None, ge=1, le=MAX_BLOCK_SIZE)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     chunked_prefill: bool | None = None
     kv_rollback: Literal["in_place", "scratch"] | None = None
-    step_overhead_s: float | None = Field(default=None, ge=0)
-    per_sequence_overhead_s: float | None = Field(default=None, ge=0)
-    per_layer_overhead_s: float | None = Field(default=None, ge=0)
-    per_token_overhead_s: float | None = Field(default=None, ge=0)
+    step_overhead_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
+    per_sequence_overhead_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
+    per_layer_overhead_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
+    per_token_overhead_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
     enable_prefix_caching: bool | None = None
     mixed_batches: bool | None = None
-    max_prefills_per_step: int | None = Field(default=None, ge=0)
+    max_prefills_per_step: int | None = Field(default=None, ge=0, le=MAX_BATCH_SEQS)
     profile: str | None = None
     fast_forward: bool = True
     frontend: FrontendConfig = FrontendConfig()
@@ -144,10 +164,10 @@ class TreeConfig(BaseModel):
     """A draft tree: a static shape (children per node at each depth) or an EAGLE-2 dynamic tree."""
 
     model_config = _STRICT
-    shape: list[int] | None = None
-    topk: int | None = Field(default=None, ge=1)
-    depth: int | None = Field(default=None, ge=1)
-    num_draft_tokens: int | None = Field(default=None, ge=1)
+    shape: list[int] | None = Field(default=None, max_length=MAX_TREE_DEPTH)
+    topk: int | None = Field(default=None, ge=1, le=MAX_TREE_WIDTH)
+    depth: int | None = Field(default=None, ge=1, le=MAX_TREE_DEPTH)
+    num_draft_tokens: int | None = Field(default=None, ge=1, le=MAX_TREE_NODES)
 
     @model_validator(mode="after")
     def _one_form(self) -> TreeConfig:
@@ -155,8 +175,14 @@ class TreeConfig(BaseModel):
         if self.shape is not None:
             if any(v is not None for v in dynamic):
                 raise ValueError("give either shape or topk/depth/num_draft_tokens, not both")
-            if not self.shape or any(w < 1 for w in self.shape):
-                raise ValueError("shape must be a non-empty list of widths >= 1")
+            if not self.shape or any(not 1 <= w <= MAX_TREE_WIDTH for w in self.shape):
+                raise ValueError(
+                    f"shape must be a non-empty list of widths in [1, {MAX_TREE_WIDTH}]"
+                )
+            if math.prod(self.shape) > MAX_TREE_NODES:
+                raise ValueError(
+                    f"shape: the deepest level alone holds more than {MAX_TREE_NODES} nodes"
+                )
         elif any(v is None for v in dynamic):
             raise ValueError("a dynamic tree needs topk, depth and num_draft_tokens")
         return self
@@ -214,7 +240,7 @@ class MeasurementConfig(BaseModel):
     """
 
     model_config = _STRICT
-    warmup_requests: int = Field(default=0, ge=0)
+    warmup_requests: int = Field(default=0, ge=0, le=MAX_REQUESTS)
     window: Literal["full", "steady"] = "full"
     warmup_fraction: float | None = Field(default=None, ge=0, lt=0.5)
     cooldown_fraction: float | None = Field(default=None, ge=0, lt=0.5)
@@ -244,8 +270,11 @@ class MeasurementConfig(BaseModel):
             for key, bound in self.goodput.items():
                 if key not in GOODPUT_METRICS:
                     raise ValueError(f"unknown goodput metric {key!r}; use {GOODPUT_METRICS}")
-                if not bound > 0:
-                    raise ValueError(f"goodput {key} must be > 0 ms, got {bound}")
+                if not 0 < bound <= MAX_LATENCY_MS:
+                    raise ValueError(
+                        f"goodput {key} must be > 0 and <= {MAX_LATENCY_MS:g} ms (a day), "
+                        f"got {bound}"
+                    )
         return self
 
     @property
@@ -266,7 +295,7 @@ class Scenario(BaseModel):
 
     model_config = _STRICT
     name: str = "default"
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, lt=2**63)
     hardware: HardwareConfig = HardwareConfig()
     model: str | ModelSpec = "llama-3.1-8b"
     precision: PrecisionConfig = PrecisionConfig()
@@ -298,8 +327,10 @@ class Scenario(BaseModel):
                     f"unknown SLO key {key!r}; use <metric>_<stat>_ms with metric in "
                     f"{SLO_METRICS} and stat in {SLO_STATS}"
                 )
-            if not bound > 0:
-                raise ValueError(f"SLO {key} must be > 0, got {bound}")
+            if not 0 < bound <= MAX_LATENCY_MS:
+                raise ValueError(
+                    f"SLO {key} must be > 0 and <= {MAX_LATENCY_MS:g} ms (a day), got {bound}"
+                )
         return value
 
     @model_validator(mode="after")
@@ -339,32 +370,123 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(kept)
 
 
+#: Units read from a key's name (STYLE.md: names carry units), longest suffix first.
+_UNIT_SUFFIXES = (
+    ("_bytes_per_s", "bytes/s"),
+    ("_per_s", "/s"),
+    ("_ms", "ms"),
+    ("_s", "s"),
+    ("_tokens", "tokens"),
+)
+_BOUND_WORDS = {
+    "greater_than": ">",
+    "greater_than_equal": ">=",
+    "less_than": "<",
+    "less_than_equal": "<=",
+}
+
+
+def _unit(path: str) -> str:
+    """The unit of the value at ``path``: from its own name, or the length it belongs to."""
+    parts = path.split(".")
+    for part in reversed(parts):
+        for suffix, unit in _UNIT_SUFFIXES:
+            if part.endswith(suffix):
+                return unit
+        if part not in ("value", "low", "high", "mean"):
+            break
+    return ""
+
+
+def _annotation_models(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through Optional, unions and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    models: list[type[BaseModel]] = []
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            models.extend(_annotation_models(arg))
+    return models
+
+
+def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the schema allows in the mapping at ``loc`` (a pydantic error location)."""
+    models: list[type[BaseModel]] = [Scenario]
+    for part in loc:
+        if not isinstance(part, str):
+            continue
+        inner = [m for m in models if part in m.model_fields]
+        if inner:
+            models = [
+                nested
+                for m in inner
+                for nested in _annotation_models(m.model_fields[part].annotation)
+            ]
+    return sorted({key for m in models for key in m.model_fields})
+
+
+def _message(error: Any, path: str) -> str:
+    """One error as ``what is wrong, got VALUE``, with the unit and a close key where they help."""
+    kind = error["type"]
+    value = error.get("input")
+    shown = repr(value) if not isinstance(value, dict) else "a mapping"
+    if kind in _BOUND_WORDS:
+        unit = _unit(path)
+        bound = next(iter(error["ctx"].values()))
+        unit_text = f" {unit}" if unit else ""
+        return f"must be {_BOUND_WORDS[kind]} {bound:g}{unit_text}, got {shown}{unit_text}"
+    if kind == "extra_forbidden":
+        key = str(error["loc"][-1])
+        close = difflib.get_close_matches(key, _keys_at(error["loc"][:-1]), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown key{hint}, got {shown}"
+    if kind in ("int_type", "float_type", "bool_type", "string_type") and isinstance(value, bool):
+        wanted = {"int_type": "a whole number", "float_type": "a number"}.get(kind, "text")
+        return f"must be {wanted}, got {shown} (YAML reads yes/no/on/off/true/false as booleans)"
+    message = error["msg"].removeprefix("Value error, ")
+    # A model-level check names its own values; the whole mapping adds nothing.
+    return message if isinstance(value, dict) else f"{message}, got {shown}"
+
+
 def _format_errors(exc: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid scenario"]
     for error in exc.errors():
         path = _key_path(error["loc"])
-        message = error["msg"].removeprefix("Value error, ")
-        value = error.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "a mapping"
-        lines.append(f"  {path or '(top level)'}: {message}, got {shown}")
+        lines.append(f"  {path or '(top level)'}: {_message(error, path)}")
     return "\n".join(lines)
 
 
-def apply_override(document: dict[str, Any], assignment: str) -> None:
-    """Apply one ``key.path=value`` override in place; the value is read as YAML.
+def check_overrides(overrides: list[str] | tuple[str, ...], scenario: Path | None = None) -> None:
+    """Check that every ``--set`` is ``KEY.PATH=VALUE`` before any file is read.
 
-    Raise ScenarioError if the assignment has no ``=`` or walks through a non-mapping.
+    ``--set key 8`` gives the override ``key`` and the scenario ``8``: say so rather than
+    complain that the scenario file ``8`` does not exist.
+    Raise ScenarioError naming the first malformed override.
     """
-    if "=" not in assignment:
-        raise ScenarioError(f"--set {assignment!r}: expected KEY.PATH=VALUE")
+    for assignment in overrides:
+        if "=" not in assignment:
+            hint = ""
+            if scenario is not None and not scenario.exists():
+                hint = f" (write --set {assignment}={scenario}, with '=' and no space)"
+            raise ScenarioError(f"--set {assignment!r}: expected KEY.PATH=VALUE{hint}")
+        path = assignment.split("=", 1)[0]
+        if not [k for k in path.strip().split(".") if k]:
+            raise ScenarioError(f"--set {assignment!r}: empty key path")
+
+
+def apply_override(document: dict[str, Any], assignment: str) -> None:
+    """Apply one ``key.path=value`` override in place; the value is read as bounded YAML.
+
+    Raise ScenarioError if the assignment has no ``=``, its value is not valid YAML, or it walks
+    through a non-mapping.
+    """
+    check_overrides([assignment])
     path, raw = assignment.split("=", 1)
     keys = [k for k in path.strip().split(".") if k]
-    if not keys:
-        raise ScenarioError(f"--set {assignment!r}: empty key path")
     try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"--set {path}: value is not valid YAML ({exc})") from None
+        value = load_yaml(raw, f"--set {path}")
+    except InputError as exc:
+        raise ScenarioError(str(exc)) from None
     node = document
     for depth, key in enumerate(keys[:-1]):
         child = node.get(key)
@@ -386,22 +508,29 @@ def default_scenario_text() -> str:
 def read_document(path: Path | None) -> tuple[dict[str, Any], Path, str]:
     """Read a scenario file (or the embedded default) into a plain mapping.
 
-    Raise ScenarioError if the file is missing, is not YAML, or is not a mapping.
+    Raise ScenarioError if the file is missing, is not UTF-8 text, is not bounded YAML (too deep,
+    an alias bomb, a repeated key), is empty, or is not a mapping.
     """
     if path is None:
         text, base_dir, source = default_scenario_text(), Path.cwd(), "default scenario"
     else:
         if not path.is_file():
-            raise ScenarioError(f"{path}: no such scenario file")
-        text, base_dir, source = path.read_text(encoding="utf-8"), path.resolve().parent, str(path)
+            what = "a folder, not a scenario file" if path.is_dir() else "no such scenario file"
+            raise ScenarioError(f"{path}: {what}")
+        try:
+            text = read_text(path)
+        except InputError as exc:
+            raise ScenarioError(str(exc)) from None
+        base_dir, source = path.resolve().parent, str(path)
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(f"{source}:{where} not valid YAML: {exc}") from None
-    if document is None:
-        document = {}
+        document = load_yaml(text, source)
+    except InputError as exc:
+        raise ScenarioError(str(exc)) from None
+    if document is None or document == {}:
+        raise ScenarioError(
+            f"{source}: the scenario is empty; give at least one key (omit the file to run the "
+            "default scenario; `specsim schema` lists every key)"
+        )
     if not isinstance(document, dict):
         raise ScenarioError(
             f"{source}: a scenario must be a mapping, got {type(document).__name__}"
@@ -420,6 +549,19 @@ def validate_document(document: dict[str, Any], source: str) -> Scenario:
         raise ScenarioError(_format_errors(exc, source)) from None
 
 
+def document_with_overrides(
+    path: Path | None, overrides: list[str] | tuple[str, ...] = ()
+) -> tuple[dict[str, Any], Path, str]:
+    """The scenario mapping with ``--set`` overrides applied (not yet validated), its folder and
+    its name. Raise ScenarioError if an override or the file is invalid."""
+    check_overrides(overrides, path)
+    document, base_dir, source = read_document(path)
+    document = copy.deepcopy(document)
+    for assignment in overrides:
+        apply_override(document, assignment)
+    return document, base_dir, source
+
+
 def load_scenario(
     path: Path | None = None, overrides: list[str] | tuple[str, ...] = ()
 ) -> tuple[Scenario, Path]:
@@ -427,10 +569,7 @@ def load_scenario(
 
     Raise ScenarioError on any problem, naming the key path and the value.
     """
-    document, base_dir, source = read_document(path)
-    document = copy.deepcopy(document)
-    for assignment in overrides:
-        apply_override(document, assignment)
+    document, base_dir, source = document_with_overrides(path, overrides)
     return validate_document(document, source), base_dir
 
 

@@ -179,13 +179,16 @@ def test_overrides_are_validated_like_the_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "match"),
-    [("a: [1, 2\n", "line"), ("- 1\n- 2\n", "mapping"), ("", None)],
+    [
+        ("a: [1, 2\n", "line"),
+        ("- 1\n- 2\n", "mapping"),
+        # An empty file is a mistake (a truncated copy, the wrong file), not the defaults.
+        ("", "empty"),
+        ("# only a comment\n", "empty"),
+    ],
 )
-def test_files_that_are_not_scenario_mappings(tmp_path: Path, text: str, match: str | None) -> None:
+def test_files_that_are_not_scenario_mappings(tmp_path: Path, text: str, match: str) -> None:
     path = _write(tmp_path, text, "odd.yaml")
-    if match is None:
-        load_scenario(path)  # an empty file is the all-defaults scenario
-        return
     with pytest.raises(ScenarioError, match=match):
         load_scenario(path)
 

@@ -29,6 +29,7 @@ from calibration.parsers.sglang_bench_serving import (
 )
 from calibration.parsers.sglang_log import parse_sglang_log
 from calibration.parsers.vllm_log import parse_vllm_log, parse_vllm_log_sessions
+from calibration.physics import check_artifact
 from calibration.schema import ParsedArtifact
 from sim.errors import CalibrationError
 
@@ -87,7 +88,8 @@ def parse_runs(path: Path, kind: str | None = None) -> tuple[ParsedArtifact, ...
         kind = detect_kind(path)
     elif kind not in _PARSERS:
         raise CalibrationError(f"{path}: unknown artifact kind {kind!r}; known: {', '.join(KINDS)}")
-    runs = _PARSERS[kind](path)
+    # Every run is checked for values no real run can produce (calibration/physics.py).
+    runs = tuple(check_artifact(run) for run in _PARSERS[kind](path))
     if not runs:
         raise CalibrationError(f"{path}: expected at least one run of kind {kind}; found none")
     return runs

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import CalibrationError
+from sim.inputs import InputError, decode_text
 
 _WHITESPACE = re.compile(r"\s*")
 _NUMBER_TYPES = {int, float, type(None)}
@@ -34,17 +35,20 @@ class Source:
 
 
 def read_source(path: Path) -> Source:
-    """Read ``path`` as UTF-8 text (undecodable bytes replaced) and hash its bytes.
+    """Read ``path`` as UTF-8 text and hash its bytes.
 
-    Raise CalibrationError if the file cannot be read.
+    Raise CalibrationError if the file cannot be read, is UTF-16/UTF-32 or binary, or holds a
+    byte that is not UTF-8 (naming its line).
     """
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise CalibrationError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-    return Source(
-        Path(path), raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest()
-    )
+    try:
+        text = decode_text(raw, str(path))
+    except InputError as exc:
+        raise CalibrationError(str(exc)) from None
+    return Source(Path(path), text, hashlib.sha256(raw).hexdigest())
 
 
 def failure(source: Source | Path, expected: str, line: int | None = None) -> CalibrationError:

@@ -96,8 +96,15 @@ def _requests(source: Source) -> RequestTable:
             if record.get(key) is not None:
                 columns[row, column] = as_float(record[key], source, key, line)
     tokens = columns[:, :2]
-    if not np.all(np.isfinite(tokens)) or np.any(tokens < 0) or np.any(tokens != np.round(tokens)):
-        raise failure(source, "input_toks and output_toks to be non-negative whole numbers")
+    if (
+        not np.all(np.isfinite(tokens))
+        or np.any(tokens < 0)
+        or np.any(tokens != np.round(tokens))
+        or np.any(tokens > 2**62)  # past int64: 1e300 tokens would cast to garbage
+    ):
+        raise failure(
+            source, "input_toks and output_toks to be non-negative whole numbers below 2**62"
+        )
     arrival, queued, first, last = columns[:, 2], columns[:, 3], columns[:, 5], columns[:, 6]
     finite_arrival = arrival[np.isfinite(arrival)]
     return RequestTable(
@@ -142,9 +149,10 @@ def _timeseries(source: Source) -> IntervalTable | None:
 def _meta(path: Path) -> dict[str, object]:
     if not path.exists():
         return {}
+    text = read_source(path).text  # a clear error for bytes that are not UTF-8
     try:
-        meta = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError, RecursionError):
+        meta = json.loads(text)
+    except (ValueError, RecursionError):
         raise failure(path, "meta.json to be a JSON object", 1) from None
     if not isinstance(meta, dict):
         raise failure(path, "meta.json to be a JSON object", 1)

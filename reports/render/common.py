@@ -23,7 +23,13 @@ from reports.figures import (
 from reports.render.document import ReportFigure, ReportTable, Section
 from reports.render.glossary import GLOSSARY_MARKDOWN
 from sim.errors import ScenarioError
-from sim.results import REQUESTS_FILE, SCENARIO_FILE, STEPS_FILE, SUMMARY_FILE
+from sim.results import (
+    REQUESTS_FILE,
+    SCENARIO_FILE,
+    STEPS_FILE,
+    STEPS_PARQUET_FILE,
+    SUMMARY_FILE,
+)
 
 #: The headline figures of a run, in table order, as flattened summary columns.
 HEADLINE_COLUMNS = (
@@ -93,7 +99,9 @@ def load_run(folder: Path, name: str | None = None, *, with_steps: bool = True) 
     summary = read_json(folder / SUMMARY_FILE)
     requests = pd.read_csv(folder / REQUESTS_FILE) if (folder / REQUESTS_FILE).is_file() else None
     steps = None
-    if with_steps and (folder / STEPS_FILE).is_file():
+    if with_steps and (folder / STEPS_PARQUET_FILE).is_file():
+        steps = pd.read_parquet(folder / STEPS_PARQUET_FILE)
+    elif with_steps and (folder / STEPS_FILE).is_file():
         steps = pd.read_csv(folder / STEPS_FILE)
     scenario: dict[str, Any] = {}
     if (folder / SCENARIO_FILE).is_file():

@@ -9,7 +9,7 @@ from __future__ import annotations
 GLOSSARY_MARKDOWN = """# Metric glossary
 
 Every figure specsim reports is computed from two flat tables: one row per request
-(`requests.csv`) and one row per engine step (`steps.csv`). Definitions follow `vllm bench serve`
+(`requests.csv`) and one row per engine step (`steps.parquet`, or `steps.csv` without pyarrow). Definitions follow `vllm bench serve`
 wherever the benchmark defines the metric. Times are in seconds in the tables and in milliseconds in
 `summary.json`.
 
@@ -30,7 +30,7 @@ wherever the benchmark defines the metric. Times are in seconds in the tables an
 | `prefix_id`, `session_id` | the shared prefix and the multi-turn session it belongs to (-1: none; docs/prefix-caching.md) |
 | `ttft_s`, `e2e_latency_s` | derived, as below |
 
-## Per step (`steps.csv`)
+## Per step (`steps.parquet`)
 
 | column | meaning |
 |---|---|

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from sim.acceptance.models import ConstantAlphaModel, PositionalAcceptanceModel, TargetTauModel
 from sim.acceptance.plan import AcceptanceModel
@@ -30,6 +30,7 @@ from sim.acceptance.profiles import (
 )
 from sim.acceptance.traces import TraceReplayModel, load_jsonl_traces
 from sim.errors import InvariantError, ScenarioError
+from sim.inputs import SCHEMA_CONFIG
 
 SOURCE_KEYS = ("alpha", "per_position", "mean_acceptance_length", "trace", "profile")
 TRACE_METHODS = {"eagle3": "acc_eagle", "ngram": "acc_ngram"}
@@ -38,11 +39,12 @@ TRACE_METHODS = {"eagle3": "acc_eagle", "ngram": "acc_ngram"}
 class AcceptanceConfig(BaseModel):
     """``speculation.acceptance``: exactly one source of acceptance, plus optional refinements."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SCHEMA_CONFIG
 
     alpha: float | None = Field(default=None, ge=0.0, lt=1.0)
-    per_position: tuple[float, ...] | None = None
-    mean_acceptance_length: float | None = Field(default=None, ge=1.0)
+    per_position: tuple[float, ...] | None = Field(default=None, strict=False, max_length=64)
+    # At most k + 1 tokens per verify step; k is at most 32 (speculation.num_speculative_tokens).
+    mean_acceptance_length: float | None = Field(default=None, ge=1.0, le=33.0)
     trace: str | None = None
     profile: str | None = None
     trace_field: Literal["acc_eagle", "acc_ngram"] | None = None

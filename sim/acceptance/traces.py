@@ -45,9 +45,12 @@ from sim.acceptance.plan import (
 )
 from sim.acceptance.tree import SIBLING_DECAY, rescue_probabilities
 from sim.errors import CalibrationError, ScenarioError
+from sim.inputs import InputError, read_text
 
 NGRAM_FIRST_POSITION_RATE = 0.579
 TRACE_FIELDS = ("acc_eagle", "acc_ngram")
+#: acc_len is stored as one byte per position (the shipped .npz): 1..255 tokens per verify step.
+MAX_ACCEPTED_PER_STEP = 255
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,10 @@ class TraceSet:
         if not kept:
             raise CalibrationError(f"{source}: no non-empty acceptance trace")
         flat = np.concatenate(kept)
-        if flat.min() < 1 or flat.max() > 255:
-            raise CalibrationError(f"{source}: acc_len values must be in 1..255")
+        if flat.min() < 1 or flat.max() > MAX_ACCEPTED_PER_STEP:
+            raise CalibrationError(
+                f"{source}: acc_len values must be in 1..{MAX_ACCEPTED_PER_STEP}"
+            )
         lengths = np.array([trace.size for trace in kept], dtype=np.int64)
         return cls(flat.astype(np.uint8), offsets_from_counts(lengths), source)
 
@@ -98,17 +103,28 @@ def load_jsonl_traces(path: Path, field: str) -> TraceSet:
         )
     if not path.is_file():
         raise ScenarioError(f"speculation.acceptance.trace: no such file {path}")
+    try:
+        text = read_text(path)
+    except InputError as exc:
+        raise CalibrationError(str(exc)) from None
     traces: list[list[int]] = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                traces.append([int(value) for value in json.loads(line)[field]["acc_len"]])
-            except (ValueError, KeyError, TypeError) as error:
-                raise CalibrationError(
-                    f"{path}:{line_number}: expected {field}.acc_len, a list of integers ({error})"
-                ) from error
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            trace = [int(value) for value in json.loads(line)[field]["acc_len"]]
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as error:
+            raise CalibrationError(
+                f"{path}:{line_number}: expected {field}.acc_len, a list of integers ({error})"
+            ) from None
+        # A verify step emits at least the bonus token and at most the proposal plus one.
+        if any(not 1 <= value <= MAX_ACCEPTED_PER_STEP for value in trace):
+            bad = next(v for v in trace if not 1 <= v <= MAX_ACCEPTED_PER_STEP)
+            raise CalibrationError(
+                f"{path}:{line_number}: {field}.acc_len holds {bad}; tokens per verify step "
+                f"are between 1 and {MAX_ACCEPTED_PER_STEP}"
+            )
+        traces.append(trace)
     return TraceSet.from_lists(traces, str(path))
 
 

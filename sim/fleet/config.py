@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+from sim.inputs import SCHEMA_CONFIG
+
+_STRICT = SCHEMA_CONFIG
 
 #: Router policies a scenario can name (``fleet.router.policy``).
 ROUTER_POLICIES = ("round_robin", "least_outstanding", "least_kv", "session_affinity")
@@ -104,8 +106,9 @@ class LinkConfig(BaseModel):
     """
 
     model_config = _STRICT
-    bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
-    latency_s: float | None = Field(default=None, ge=0)
+    # From 1 MB/s (a slow WAN) to 10 TB/s (past NVLink 5's 1.8 TB/s per GPU); latency under 10 s.
+    bandwidth_bytes_per_s: float | None = Field(default=None, ge=1e6, le=1e13)
+    latency_s: float | None = Field(default=None, ge=0, le=10.0)
 
 
 class DisaggregationConfig(BaseModel):
@@ -139,7 +142,7 @@ class FleetConfig(BaseModel):
     router: RouterConfig = RouterConfig()
     disaggregation: DisaggregationConfig | None = None
     #: Price of one GPU-hour in US dollars, for cost answers (``--price-per-gpu-hour`` wins).
-    price_per_gpu_hour: float | None = Field(default=None, gt=0)
+    price_per_gpu_hour: float | None = Field(default=None, gt=0, le=10_000.0)
 
     @field_validator("router", mode="before", json_schema_input_type=str | RouterConfig)
     @classmethod

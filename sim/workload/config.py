@@ -40,11 +40,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from sim.workload.sharing import PrefixConfig, SessionConfig
+from sim.inputs import SCHEMA_CONFIG
+from sim.workload.sharing import MAX_THINK_TIME_S, MAX_TOKENS, PrefixConfig, SessionConfig
 
-_FROZEN_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_FROZEN_STRICT = SCHEMA_CONFIG
+#: Ten million requests is weeks of traffic: a cap so that a typo cannot ask for terabytes.
+MAX_REQUESTS = 10_000_000
+#: Arrival rates: one request in 11.6 days to a million a second. Below, a run spans years of
+#: simulated time and loses precision (see sim.scale); above, no one endpoint is offered that.
+MIN_RATE_PER_S = 1e-6
+MAX_RATE_PER_S = 1e6
+#: Coefficient of variation of gamma gaps: 1 is Poisson; 100 puts almost all requests in a few
+#: bursts (vllm bench serve's burstiness 1e-4), past any measured trace.
+MAX_CV = 100.0
+#: Sigma of a lognormal length: above 3 the median is below exp(-4.5) = 1/90 of the mean, so
+#: nearly every length clips to 1 token and the mean rests on a few huge draws. Published fits of
+#: ShareGPT and LMSYS lengths have sigma near 1.
+MAX_LOGNORMAL_SIGMA = 3.0
+#: Sampling temperatures above 2 are outside the OpenAI API's range [0, 2], which vLLM serves.
+MAX_TEMPERATURE = 2.0
+#: Simulated times stay below 2**32 s (136 years), where float64 spacing is 2**-20 s < 1 us, so a
+#: latency, a difference of two times, keeps microsecond resolution (IEEE 754: the spacing at t is
+#: 2**(floor(log2 t) - 52)).
+MAX_SIMULATED_S = float(2**32)
 
 
 class PoissonArrivalConfig(BaseModel):
@@ -52,7 +72,7 @@ class PoissonArrivalConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     process: Literal["poisson"] = "poisson"
-    rate_per_s: float = Field(default=4.0, gt=0)
+    rate_per_s: float = Field(default=4.0, ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
     max_concurrency: int | None = Field(default=None, ge=1)
 
 
@@ -61,8 +81,8 @@ class GammaArrivalConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     process: Literal["gamma"]
-    rate_per_s: float = Field(default=4.0, gt=0)
-    cv: float = Field(default=1.0, gt=0)
+    rate_per_s: float = Field(default=4.0, ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
+    cv: float = Field(default=1.0, gt=0, le=MAX_CV)
     max_concurrency: int | None = Field(default=None, ge=1)
 
 
@@ -71,8 +91,8 @@ class ClosedLoopArrivalConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     process: Literal["closed_loop"]
-    concurrency: int = Field(default=1, ge=1)
-    think_time_s: float = Field(default=0.0, ge=0)
+    concurrency: int = Field(default=1, ge=1, le=MAX_REQUESTS)
+    think_time_s: float = Field(default=0.0, ge=0, le=MAX_THINK_TIME_S)
 
 
 class TraceArrivalConfig(BaseModel):
@@ -80,7 +100,7 @@ class TraceArrivalConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     process: Literal["trace"]
-    path: Path
+    path: Path = Field(strict=False)
     loop: bool = False
 
 
@@ -95,7 +115,7 @@ class FixedLengthConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     distribution: Literal["fixed"]
-    value: int = Field(ge=1)
+    value: int = Field(ge=1, le=MAX_TOKENS)
 
 
 class UniformLengthConfig(BaseModel):
@@ -106,8 +126,8 @@ class UniformLengthConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     distribution: Literal["uniform"]
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: int = Field(ge=1, le=MAX_TOKENS)
+    high: int = Field(ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _high_not_below_low(self) -> UniformLengthConfig:
@@ -121,8 +141,8 @@ class LognormalLengthConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     distribution: Literal["lognormal"]
-    mean: float = Field(gt=0)
-    sigma: float = Field(ge=0)
+    mean: float = Field(ge=1, le=MAX_TOKENS)
+    sigma: float = Field(ge=0, le=MAX_LOGNORMAL_SIGMA)
 
 
 class EmpiricalLengthConfig(BaseModel):
@@ -135,7 +155,7 @@ class EmpiricalLengthConfig(BaseModel):
 
     model_config = _FROZEN_STRICT
     distribution: Literal["empirical"]
-    path: Path
+    path: Path = Field(strict=False)
     column: str | None = None
 
 
@@ -180,14 +200,13 @@ class WorkloadConfig(BaseModel):
     """
 
     model_config = _FROZEN_STRICT
-    # A cap so that a typo cannot ask for terabytes: ten million requests is weeks of traffic.
-    num_requests: int = Field(default=1000, ge=1, le=10_000_000)
+    num_requests: int = Field(default=1000, ge=1, le=MAX_REQUESTS)
     arrival: ArrivalConfig = PoissonArrivalConfig(process="poisson", rate_per_s=4.0)
     prompt_tokens: LengthConfig = FixedLengthConfig(**_DEFAULT_PROMPT_TOKENS)
     output_tokens: LengthConfig = LognormalLengthConfig(**_DEFAULT_OUTPUT_TOKENS)
-    max_prompt_tokens: int | None = Field(default=None, ge=1)
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=0.0, ge=0)
+    max_prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(default=0.0, ge=0, le=MAX_TEMPERATURE)
     dataset: str | None = "mt-bench"
     prefix: PrefixConfig | None = None
     sessions: SessionConfig | None = None
@@ -211,6 +230,17 @@ class WorkloadConfig(BaseModel):
         if "output_tokens" not in filled:
             filled["output_tokens"] = _TRACE_LENGTHS if is_trace else _DEFAULT_OUTPUT_TOKENS
         return filled
+
+    @model_validator(mode="after")
+    def _time_resolution(self) -> WorkloadConfig:
+        span = expected_span_s(self)
+        if span > MAX_SIMULATED_S:
+            raise ValueError(
+                f"the arrivals alone span ~{span:.3g} s of simulated time; past "
+                f"{MAX_SIMULATED_S:.3g} s (136 years) float64 seconds resolve less than 1 us "
+                "and latencies lose their precision. Raise the rate or lower num_requests"
+            )
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadConfig:
@@ -239,3 +269,17 @@ class WorkloadConfig(BaseModel):
                 f"num_requests {self.num_requests}"
             )
         return self
+
+
+def expected_span_s(workload: WorkloadConfig) -> float:
+    """A lower bound on the simulated time the arrivals span: conversations over the rate for
+    open loops, rounds of think time for closed loops, plus the think time between turns."""
+    arrival = workload.arrival
+    turns = workload.sessions.num_turns if workload.sessions is not None else 1
+    conversations = -(-workload.num_requests // turns)
+    between_turns = (turns - 1) * (workload.sessions.think_time_s if workload.sessions else 0.0)
+    if isinstance(arrival, PoissonArrivalConfig | GammaArrivalConfig):
+        return conversations / arrival.rate_per_s + between_turns
+    if isinstance(arrival, ClosedLoopArrivalConfig):
+        return (conversations // arrival.concurrency) * arrival.think_time_s + between_turns
+    return 0.0

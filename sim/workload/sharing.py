@@ -24,19 +24,25 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from sim.inputs import SCHEMA_CONFIG
 
 IntArray = NDArray[np.int64]
 
-_FROZEN_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_FROZEN_STRICT = SCHEMA_CONFIG
+#: Token counts: ten million tokens is 76 times the longest catalogued context (131,072).
+MAX_TOKENS = 10_000_000
+#: A client that thinks for more than a week between turns has left.
+MAX_THINK_TIME_S = 7 * 86_400.0
 
 
 class PrefixConfig(BaseModel):
     """Shared system prompts: ``num_shared_prefixes`` of ``shared_prefix_tokens`` tokens each."""
 
     model_config = _FROZEN_STRICT
-    num_shared_prefixes: int = Field(ge=1)
-    shared_prefix_tokens: int = Field(ge=1)
+    num_shared_prefixes: int = Field(ge=1, le=MAX_TOKENS)
+    shared_prefix_tokens: int = Field(ge=1, le=MAX_TOKENS)
     fraction_with_prefix: float = Field(default=1.0, gt=0, le=1)
 
 
@@ -44,8 +50,8 @@ class SessionConfig(BaseModel):
     """Multi-turn conversations of ``num_turns`` turns, each ``think_time_s`` after an answer."""
 
     model_config = _FROZEN_STRICT
-    num_turns: int = Field(ge=1)
-    think_time_s: float = Field(ge=0)
+    num_turns: int = Field(ge=1, le=10_000)
+    think_time_s: float = Field(ge=0, le=MAX_THINK_TIME_S)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ Vidur processes them), or any file :func:`calibration.replay.read_replay_request
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import ScenarioError
+from sim.inputs import InputError, read_text
 
 CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+#: As sim.workload.config.MAX_SIMULATED_S: 2**32 s, below which float64 resolves a microsecond.
+MAX_TRACE_SPAN_S = float(2**32)
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,7 +56,11 @@ def _read_csv(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
     finite number (naming the file and line).
     """
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        text = read_text(path)
+    except InputError as exc:
+        raise ScenarioError(f"cannot read CSV: {exc}") from None
+    try:
+        with io.StringIO(text, newline="") as handle:
             reader = csv.reader(handle)
             header = next(reader, None)
             if header is None:
@@ -72,7 +80,7 @@ def _read_csv(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
                         raise ScenarioError(
                             f"{path}, line {line_number}: missing column {columns[slot]!r}"
                         )
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
+    except csv.Error as error:
         raise ScenarioError(f"{path}: cannot read CSV: {error}") from error
     frame: dict[str, np.ndarray] = {}
     for name, raw in zip(columns, cells, strict=True):
@@ -123,6 +131,12 @@ def _read_csv_trace(path: Path) -> TraceRequests:
             f"{path}, line {row + 2}: arrived_at decreases "
             f"({arrival_at_s[row - 1]} then {arrival_at_s[row]}); traces must be in arrival order"
         )
+    span = float(arrival_at_s[-1] - arrival_at_s[0])
+    if span > MAX_TRACE_SPAN_S:
+        raise ScenarioError(
+            f"{path}: arrived_at spans {span:.3g} s; past {MAX_TRACE_SPAN_S:.3g} s (136 years) "
+            "simulated times lose microsecond precision; are the times in seconds?"
+        )
     return TraceRequests(
         prompt_tokens=_token_counts(frame["num_prefill_tokens"], str(path)),
         output_tokens=_token_counts(frame["num_decode_tokens"], str(path)),
@@ -172,8 +186,10 @@ def read_length_values(path: Path, column: str | None, key_path: str) -> np.ndar
         values = _read_csv(path, [column])[column]
     else:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as error:
+            data = json.loads(read_text(path))
+        except InputError as error:
+            raise ScenarioError(f"cannot read JSON: {error}") from None
+        except (ValueError, RecursionError) as error:
             raise ScenarioError(f"{path}: cannot read JSON: {error}") from error
         if column is not None:
             if not isinstance(data, dict) or column not in data:

@@ -98,7 +98,12 @@ def test_the_command_writes_a_profile_and_reports_errors_with_exit_2(tmp_path: P
     assert ok.exit_code == 0, ok.output
     assert "acceptance eagle3" in ok.output and out.is_file()
     assert set(yaml.safe_load(out.read_text())["acceptance"]) == {"eagle3", "ngram"}
-    bad = runner.invoke(_app(), ["calibrate", str(DATA / "README.md"), "--out", str(out)])
+    # The profile written above is not replaced without --force, and nothing runs before that.
+    kept = runner.invoke(_app(), ["calibrate", str(DATA / "README.md"), "--out", str(out)])
+    assert kept.exit_code == 2 and "--force" in kept.output
+    bad = runner.invoke(
+        _app(), ["calibrate", str(DATA / "README.md"), "--out", str(out), "--force"]
+    )
     assert bad.exit_code == 2 and "nothing to fit" in bad.output
     gpu = runner.invoke(_app(), ["calibrate", str(TIMINGS), "--out", str(out), "--gpu", "tpu"])
     assert gpu.exit_code == 2 and "--gpu: unknown GPU 'tpu'" in gpu.output

@@ -72,6 +72,9 @@ def test_every_point_is_validated_before_any_runs() -> None:
     with pytest.raises(ScenarioError, match=r"workload\.arival"):
         _points("workload.arival.rate_per_s=2")
     with pytest.raises(ScenarioError, match="same scenario"):
+        _points("workload.arrival.rate_per_s=2,2.0")
+    # A count is a whole number: 1.0 is refused rather than read as 1.
+    with pytest.raises(ScenarioError, match=r"seed: .*whole number|seed: .*valid integer"):
         _points("seed=1,1.0")
 
 
