@@ -101,6 +101,17 @@ class Scheduler:
         self.requests.state[ids] = FINISHED
         self.running = self.running[self.requests.state[self.running] == RUNNING]
 
+    def admit_planned(self, ids: IntArray, now_s: float) -> None:
+        """Admit ``ids``, the head of the waiting queue in order, as a planned stretch's first
+        step does (whole prompts, checked by its planner): off the queue, onto running's end."""
+        for _ in range(len(ids)):
+            self.waiting.popleft()
+        self.running = np.concatenate((self.running, ids))
+        r = self.requests
+        r.state[ids] = RUNNING
+        first_time = ids[np.isnan(r.scheduled_at_s[ids])]  # not a readmission
+        r.scheduled_at_s[first_time] = now_s
+
     def _preempt_tail(self) -> int:
         """Preempt the most recently admitted running request (recompute): back to the front."""
         victim = int(self.running[-1])
@@ -142,6 +153,35 @@ class Scheduler:
         """Which requests are decoding (all known tokens but the last are in the KV cache)."""
         r = self.requests
         return (r.num_emitted[ids] >= 1) & (r.num_computed_tokens[ids] == r.known_tokens(ids) - 1)
+
+    def predictable_head(self) -> int | None:
+        """The head of the waiting queue if :meth:`head_admissible` can tell when the scheduler
+        would admit it (batches mix prefills with decodes, and no cached prefix can shorten its
+        prefill), else None."""
+        if not self.waiting or not self.config.mixed_batches:
+            return None
+        head = self.waiting[0]
+        if self.kv.caching and self.kv.hash_limit_tokens[head] > 0:
+            return None
+        return head
+
+    def head_admissible(
+        self, head: int, num_tokens: IntArray, used_blocks: IntArray, num_running: int
+    ) -> NDArray[np.bool_]:
+        """Whether :meth:`schedule` would admit the waiting ``head`` (from
+        :meth:`predictable_head`) in each of several steps whose ``num_running`` running decodes
+        take ``num_tokens`` of the budget and leave ``used_blocks`` of the pool in use: it needs
+        a sequence slot, budget, and the blocks of its first chunk (:meth:`_admit`'s rule)."""
+        cfg, r = self.config, self.requests
+        want = int(r.prompt_tokens[head] + r.num_emitted[head])
+        computed = int(r.num_computed_tokens[head])  # 0: a waiting request holds no KV
+        budget = cfg.max_num_batched_tokens - num_tokens
+        take = np.minimum(want - computed, budget)
+        need = blocks_for(computed + take, self.kv.block_size)
+        fits = (budget > 0) & (need <= self.kv.num_blocks - used_blocks)
+        if not cfg.chunked_prefill:
+            fits &= want - computed <= budget
+        return fits & (num_running < cfg.max_num_seqs)
 
     # --- the step decision --------------------------------------------------------------------
     def schedule(self, now_s: float) -> ScheduledBatch:
