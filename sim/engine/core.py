@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,7 +26,7 @@ from numpy.typing import NDArray
 from sim.cost_model import StepCostModel
 from sim.engine.block import StepBlock, StepTotals, no_draft_work
 from sim.engine.drafter import Drafter, DraftWork, StepPlan
-from sim.engine.kv_cache import BlockManager, blocks_for
+from sim.engine.kv_cache import BlockManager
 from sim.engine.planner import plan_stretch
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
@@ -122,11 +123,17 @@ class EngineCore:
             head = self._blocked_head()
             block = self._plan(self._through_finishes(), size_for, head=head)
         if block is None and admissions:
-            head = None
             admit = self._admissible()
+            head = None
             if admit is not None:
-                # Once admitted, nothing waits: the stretch may run on past completions.
-                block = self._plan(not self.arrivals_follow_finishes, size_for, admit)
+                waiting_after = len(self.scheduler.waiting) - len(admit)
+                if waiting_after:
+                    head = self.scheduler.predictable_head(len(admit))
+                if not waiting_after or head is not None:
+                    # Once every waiting request is admitted the stretch may run on past
+                    # completions, unless a client answers one with a new request.
+                    through = not waiting_after and not self.arrivals_follow_finishes
+                    block = self._plan(through, size_for, admit, head)
         if block is None:
             return None
         durations, parts = self._durations(block.totals, block.work)
@@ -169,29 +176,22 @@ class EngineCore:
         self.step(len(self.scheduler.waiting), next_arrival_at_s, waiting_at)
 
     def _admissible(self) -> IntArray | None:
-        """The waiting requests, if the scheduler would admit all of them next step and prefill
-        each whole prompt while every running sequence decodes: then that step opens a decode
-        stretch (:func:`plan_stretch` checks the token budget and the blocks)."""
+        """The waiting requests the scheduler would admit next step, each with its whole prompt,
+        while every running sequence decodes: then that step opens a decode stretch
+        (:func:`plan_stretch` checks the token budget and the blocks). None if there are none,
+        or if the step is not one the planner can follow."""
         s, r = self.scheduler, self.requests
-        if not self.fast_forward_enabled or not s.waiting or not s.config.mixed_batches:
-            return None  # without mixed batches an admission is a prefill-only step
-        if len(s.running) + len(s.waiting) > s.config.max_num_seqs:
+        if not self.fast_forward_enabled or not s.waiting:
             return None
-        waiting = np.fromiter(s.waiting, dtype=np.int64, count=len(s.waiting))
-        if (r.num_emitted[waiting] > 0).any() or (r.num_computed_tokens[waiting] > 0).any():
-            return None  # a preempted request recomputes prompt and output: the general path
-        if self.kv.caching and (self.kv.hash_limit_tokens[waiting] > 0).any():
-            return None  # a prefix-cache hit shortens its prefill: the scheduler's path
         running = s.running
         if len(running) and not (
             s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()
         ):
             return None
-        # A cheap pre-check: the prompts' blocks alone must fit beside what is in use now.
-        prompt_blocks = int(blocks_for(r.prompt_tokens[waiting], self.kv.block_size).sum())
-        if prompt_blocks > self.kv.num_free:
+        count = s.whole_admissions()
+        if not count:
             return None
-        return waiting
+        return np.fromiter(islice(s.waiting, count), dtype=np.int64, count=count)
 
     def _through_finishes(self) -> bool:
         """Whether a decode stretch may run on past a completion: only when nothing waits to take
