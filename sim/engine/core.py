@@ -119,21 +119,21 @@ class EngineCore:
         size_for = next_arrival_at_s if size_for_s is None else size_for_s
         block = None
         head = None
-        if self.can_fast_forward():
+        # Admissions first: when the queue's head can be admitted now, a stretch that keeps it
+        # waiting would stop before its first step.
+        admit = self._admissible() if admissions else None
+        if admit is not None:
+            waiting_after = len(self.scheduler.waiting) - len(admit)
+            if waiting_after:
+                head = self.scheduler.predictable_head(len(admit))
+            if not waiting_after or head is not None:
+                # Once every waiting request is admitted the stretch may run on past
+                # completions, unless a client answers one with a new request.
+                through = not waiting_after and not self.arrivals_follow_finishes
+                block = self._plan(through, size_for, admit, head)
+        if block is None and self.can_fast_forward():
             head = self._blocked_head()
             block = self._plan(self._through_finishes(), size_for, head=head)
-        if block is None and admissions:
-            admit = self._admissible()
-            head = None
-            if admit is not None:
-                waiting_after = len(self.scheduler.waiting) - len(admit)
-                if waiting_after:
-                    head = self.scheduler.predictable_head(len(admit))
-                if not waiting_after or head is not None:
-                    # Once every waiting request is admitted the stretch may run on past
-                    # completions, unless a client answers one with a new request.
-                    through = not waiting_after and not self.arrivals_follow_finishes
-                    block = self._plan(through, size_for, admit, head)
         if block is None:
             return None
         durations, parts = self._durations(block.totals, block.work)

@@ -179,7 +179,22 @@ class Scheduler:
         queue = np.fromiter(
             islice(self.waiting, room + 1), dtype=np.int64, count=min(room + 1, len(self.waiting))
         )
+        want = r.prompt_tokens[queue]
+        blocks = blocks_for(want, kv.block_size)
+        plain = (r.num_emitted[queue] == 0) & (r.num_computed_tokens[queue] == 0)
+        if kv.caching:
+            plain &= kv.hash_limit_tokens[queue] == 0
         running = self.running
+        if len(queue) <= room and plain.all():
+            # A cheap bound first: if the running decodes took the most a decode can take (the
+            # longest draft, and one more block than the tokens fill), would all still fit?
+            take = 1 + cfg.extra_tokens_per_decode + self._max_proposed()
+            most_blocks = len(running) * (int(blocks_for(take, kv.block_size)) + 1)
+            if (
+                len(running) * take + int(want.sum()) <= cfg.max_num_batched_tokens
+                and most_blocks + int(blocks.sum()) <= kv.num_free
+            ):
+                return len(queue)
         decode_tokens = 0
         if len(running):
             proposed = np.zeros(len(running), dtype=np.int64)
@@ -188,13 +203,8 @@ class Scheduler:
             decode_tokens = int((1 + cfg.extra_tokens_per_decode + proposed).sum())
         budget = cfg.max_num_batched_tokens - decode_tokens
         free = kv.num_free - self._decode_blocks(running)
-        want = r.prompt_tokens[queue]
-        blocks = blocks_for(want, kv.block_size)
         budget_before = budget - (np.cumsum(want) - want)
         free_before = free - (np.cumsum(blocks) - blocks)
-        plain = (r.num_emitted[queue] == 0) & (r.num_computed_tokens[queue] == 0)
-        if kv.caching:
-            plain &= kv.hash_limit_tokens[queue] == 0
         whole = (
             (np.arange(len(queue)) < room)
             & (want <= budget_before)
@@ -522,6 +532,15 @@ class Scheduler:
         admitted = np.array(ids, dtype=np.int64)
         self.running = np.concatenate((self.running, admitted))
         return admitted, np.array(takes, dtype=np.int64)
+
+    def _max_proposed(self) -> int:
+        """The most drafts any verify step of the plan carries."""
+        cached = self.__dict__.get("_max_proposed_cache")
+        if cached is None:
+            proposed = self.plan.proposed
+            cached = int(proposed.max()) if len(proposed) else 0
+            self._max_proposed_cache = cached
+        return cached
 
     def check_invariants(self, scratch_blocks: int = 0) -> None:
         """Raise InvariantError if the queues or the block ledger are inconsistent."""
