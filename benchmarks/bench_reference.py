@@ -46,11 +46,12 @@ EAGLE3 = [
 ]
 
 
-def run_case(overrides: list[str]) -> dict[str, float]:
-    """Run one case in a fresh process; return its figures with the process's wall time."""
+def run_case(overrides: list[str], child: str = CHILD) -> dict[str, float]:
+    """Run one case in a fresh process (``child``'s code); return the figures it prints, with
+    the process's wall time."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(SCENARIO), *overrides],
+        [sys.executable, "-c", child, str(SCENARIO), *overrides],
         check=True,
         capture_output=True,
         text=True,

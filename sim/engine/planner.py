@@ -15,9 +15,12 @@ integer aggregates, the same block counts, the same emissions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import NDArray
 
+from sim.engine import stretch_kernel
 from sim.engine.block import StepBlock, StepTotals, no_draft_work
 from sim.engine.drafter import DraftWork
 from sim.engine.kv_cache import blocks_for
@@ -39,6 +42,7 @@ def plan_stretch(
     clock_s: float = 0.0,
     last_step_s: float = float("nan"),
     head: int | None = None,
+    compiled: bool = True,
 ) -> StepBlock | None:
     """Plan the next pure-decode steps of the scheduler's running sequences (state untouched).
 
@@ -52,8 +56,9 @@ def plan_stretch(
     the scheduler would admit them; the caller has checked that nothing else in the queue or the
     running set stands in the way. ``head``: the request at the head of the waiting queue, which
     the scheduler would admit as soon as a step leaves it room (see
-    :meth:`Scheduler.head_admissible`): the stretch stops before such a step. Return None if
-    not even one step fits.
+    :meth:`Scheduler.head_admissible`): the stretch stops before such a step. ``compiled``:
+    do the drafts' arithmetic in the compiled pass when numba is installed (the numpy
+    reference path otherwise; both give the same plan). Return None if not even one step fits.
     """
     r, kv, plan = s.requests, s.kv, s.plan
     ids = s.running
@@ -75,70 +80,41 @@ def plan_stretch(
         expected = (next_arrival_at_s - clock_s) / last_step_s
         m = max(1, min(m, int(expected * 3.0) + 16))
     j = np.arange(m)
-    if admit is None and not len(plan.proposed):
-        return _plan_plain(s, ids, computed0, remaining, m, through_finishes, head)
-    if not len(plan.proposed):
-        proposed_all = accepted = np.zeros((len(ids), m + 1), dtype=np.int64)
-    elif admit is None:
-        proposed_all, accepted = plan.window(ids, r.num_decode_steps[ids], m + 1)
+    if not len(plan.proposed) and (admit is None or s.config.extra_tokens_per_decode == 0):
+        prompts_or_none = None if admit is None else r.prompt_tokens[admit]
+        return _plan_plain(s, ids, computed0, remaining, m, through_finishes, head, prompts_or_none)
+    num_old = len(ids) - (0 if admit is None else len(admit))
+    kernel = stretch_kernel.compiled() if compiled else None
+    if kernel is not None:
+        per_step, emitted, proposed, accepted, finish_step = _drafts_compiled(
+            kernel, s, ids, computed0, remaining, m, num_old
+        )
     else:
-        # Admitted requests draft from step 1: their plans start one column later.
-        old = ids[: len(ids) - len(admit)]
-        old_proposed, old_accepted = plan.window(old, r.num_decode_steps[old], m + 1)
-        new_proposed, new_accepted = plan.window(admit, np.zeros(len(admit), np.int64), m)
-        pad = np.zeros((len(admit), 1), dtype=np.int64)
-        proposed_all = np.vstack((old_proposed, np.hstack((pad, new_proposed))))
-        accepted = np.vstack((old_accepted, np.hstack((pad, new_accepted))))
-    accepted = accepted[:, :m]
-    raw = accepted + 1
-    cum = np.cumsum(raw, axis=1)
-    before = cum - raw
-    # Emissions only grow: the finishing step is the count of steps still short of the end
-    # (m when the request does not finish within the plan).
-    finish_step = (cum < remaining[:, None]).sum(axis=1)
-    active = j <= finish_step[:, None]
-    finishing = j == finish_step[:, None]
-    # Emissions stop at the request's end: the last step emits what is left.
-    emitted = np.minimum(accepted + 1, remaining[:, None] - before) * active
-    proposed = proposed_all[:, :m] * active
-    accepted = accepted * active
-    computed = computed0[:, None] + before
-    take = ((1 + s.config.extra_tokens_per_decode) + proposed) * active
-    if admit is not None:
-        # With computed = prompt - 1 and one token, an admitted request's step 0 holds and reads
-        # exactly its prompt's KV; its token count and causal pairs are corrected after.
-        take[len(ids) - len(admit) :, 0] = 1
-    logits = take.sum(axis=0)
+        per_step, emitted, proposed, accepted, finish_step = _drafts(
+            s, ids, computed0, remaining, m, num_old
+        )
+    (num_seqs, logits, kv_read, pairs_x2, blocks, *work) = per_step
     tokens = logits
     prefill_tokens = 0
     if admit is not None:
         prefill_tokens = int(prompts.sum())
         tokens = logits.copy()
         tokens[0] += prefill_tokens - len(admit)
-    if s.config.rollback_policy == "in_place":
-        blocks = (blocks_for(computed + take, kv.block_size) * active).sum(axis=0)
-    else:
-        blocks = (
-            (blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)) * active
-        ).sum(axis=0)
-    blocks = kv.pool_blocks(ids, blocks, active)
+    if kv.caching:
+        blocks = kv.pool_blocks(ids, blocks, j <= finish_step[:, None])
     length = _steps_that_fit(s, ids, tokens, blocks, finish_step, m, through_finishes, head)
     if length == 0:
         return None
     cols = slice(0, length)
     emitted, proposed, accepted = emitted[:, cols], proposed[:, cols], accepted[:, cols]
-    computed, take, active = computed[:, cols], take[:, cols], active[:, cols]
-    drafting = active & ~finishing[:, cols]
-    new_computed = computed + emitted
-    num_seqs = active.sum(axis=0)
-    pairs_x2 = (take * (2 * computed + take + 1)).sum(axis=0)
-    num_new_tokens = (emitted * drafting).sum(axis=0)
+    num_seqs, pairs_x2 = num_seqs[cols], pairs_x2[cols].copy()
+    num_new_tokens = work[1][cols].copy()
     if admit is not None:
         # A whole prompt of P tokens is P·(P+1)/2 causal pairs, counted above as P (one token
         # over P - 1); a drafter catches up on the whole prompt, counted above as one token.
         pairs_x2[0] += int((prompts * (prompts + 1) - 2 * prompts).sum())
-        new_rows = slice(len(ids) - len(admit), len(ids))
-        num_new_tokens[0] += int(((prompts - 1) * drafting[new_rows, 0]).sum())
+        drafts_after = finish_step[num_old:] > 0  # does not finish in step 0
+        num_new_tokens[0] += int(((prompts - 1) * drafts_after).sum())
     num_admitted = 0 if admit is None else len(admit)
     num_decode_seqs, num_prefill_seqs, num_prefill_tokens = _prefills(
         num_seqs, num_admitted, prefill_tokens
@@ -150,15 +126,15 @@ def plan_stretch(
             num_seqs=num_seqs,
             num_tokens=tokens[cols],
             num_logit_tokens=logits[cols],
-            kv_read_tokens=((computed + take) * active).sum(axis=0),
+            kv_read_tokens=kv_read[cols],
             attention_pairs_x2=pairs_x2,
         ),
         work=DraftWork(
-            num_seqs=drafting.sum(axis=0),
+            num_seqs=work[0][cols],
             num_new_tokens=num_new_tokens,
-            context_tokens=(new_computed * drafting).sum(axis=0),
-            num_full_accept=(drafting & (proposed > 0) & (accepted == proposed)).sum(axis=0),
-            num_proposed=(proposed_all[:, 1 : length + 1] * drafting).sum(axis=0),
+            context_tokens=work[2][cols],
+            num_full_accept=work[3][cols],
+            num_proposed=work[4][cols],
         ),
         kv_blocks_used=blocks[cols],
         num_decode_seqs=num_decode_seqs,
@@ -172,6 +148,124 @@ def plan_stretch(
         accepted=accepted,
         num_admitted=num_admitted,
     )
+
+
+#: Per-step rows of a stretch's drafting arithmetic (see :func:`_drafts`).
+PerStep = list[IntArray]
+
+
+def _drafts(
+    s: Scheduler,
+    ids: IntArray,
+    computed0: IntArray,
+    remaining: IntArray,
+    m: int,
+    num_old: int,
+) -> tuple[PerStep, IntArray, IntArray, IntArray, IntArray]:
+    """The numpy reference of the stretch arithmetic with drafts, over ``m`` steps: per step
+    the sequences, logit tokens, KV read tokens, causal pairs × 2, block-table blocks, and the
+    drafting work (sequences, new tokens, context, full accepts, drafts proposed next); per
+    sequence and step the tokens emitted, drafts proposed and accepted; each sequence's
+    finishing step. Rows from ``num_old`` on are admitted in step 0."""
+    r, kv, plan = s.requests, s.kv, s.plan
+    j = np.arange(m)
+    if not len(plan.proposed):
+        proposed_all = accepted = np.zeros((len(ids), m + 1), dtype=np.int64)
+    elif num_old == len(ids):
+        proposed_all, accepted = plan.window(ids, r.num_decode_steps[ids], m + 1)
+    else:
+        # Admitted requests draft from step 1: their plans start one column later.
+        old, admit = ids[:num_old], ids[num_old:]
+        old_proposed, old_accepted = plan.window(old, r.num_decode_steps[old], m + 1)
+        new_proposed, new_accepted = plan.window(admit, np.zeros(len(admit), np.int64), m)
+        pad = np.zeros((len(admit), 1), dtype=np.int64)
+        proposed_all = np.vstack((old_proposed, np.hstack((pad, new_proposed))))
+        accepted = np.vstack((old_accepted, np.hstack((pad, new_accepted))))
+    accepted = accepted[:, :m]
+    raw = accepted + 1
+    cum = np.cumsum(raw, axis=1)
+    before = cum - raw
+    # Emissions only grow: the finishing step is the count of steps still short of the end
+    # (m when the request does not finish within the plan).
+    finish_step = (cum < remaining[:, None]).sum(axis=1)
+    active = j <= finish_step[:, None]
+    drafting = active & (j != finish_step[:, None])
+    # Emissions stop at the request's end: the last step emits what is left.
+    emitted = np.minimum(accepted + 1, remaining[:, None] - before) * active
+    proposed = proposed_all[:, :m] * active
+    accepted = accepted * active
+    computed = computed0[:, None] + before
+    take = ((1 + s.config.extra_tokens_per_decode) + proposed) * active
+    # With computed = prompt - 1 and one token, an admitted request's step 0 holds and reads
+    # exactly its prompt's KV; its token count and causal pairs are corrected after.
+    take[num_old:, 0] = 1
+    if s.config.rollback_policy == "in_place":
+        blocks = (blocks_for(computed + take, kv.block_size) * active).sum(axis=0)
+    else:
+        blocks = (
+            (blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)) * active
+        ).sum(axis=0)
+    per_step = [
+        active.sum(axis=0),
+        take.sum(axis=0),
+        ((computed + take) * active).sum(axis=0),
+        (take * (2 * computed + take + 1)).sum(axis=0),
+        blocks,
+        drafting.sum(axis=0),
+        (emitted * drafting).sum(axis=0),
+        ((computed + emitted) * drafting).sum(axis=0),
+        (drafting & (proposed > 0) & (accepted == proposed)).sum(axis=0),
+        (proposed_all[:, 1 : m + 1] * drafting).sum(axis=0),
+    ]
+    return per_step, emitted, proposed, accepted, finish_step
+
+
+def _drafts_compiled(
+    kernel: Callable[..., None],
+    s: Scheduler,
+    ids: IntArray,
+    computed0: IntArray,
+    remaining: IntArray,
+    m: int,
+    num_old: int,
+) -> tuple[PerStep, IntArray, IntArray, IntArray, IntArray]:
+    """:func:`_drafts` by the compiled pass of :mod:`sim.engine.stretch_kernel`."""
+    r, plan = s.requests, s.plan
+    if len(plan.proposed):
+        plan_proposed, plan_accepted = plan._padded()
+        start = plan.offsets[ids].copy()
+        start[:num_old] += r.num_decode_steps[ids[:num_old]]
+        end = plan.offsets[ids + 1]
+    else:
+        plan_proposed = plan_accepted = np.zeros(1, dtype=np.int64)
+        start = end = np.zeros(len(ids), dtype=np.int64)
+    shift = np.zeros(len(ids), dtype=np.int64)
+    shift[num_old:] = 1
+    steps_out = np.zeros((10, m), dtype=np.int64)
+    emitted = np.zeros((len(ids), m), dtype=np.int64)
+    proposed = np.zeros((len(ids), m), dtype=np.int64)
+    accepted = np.zeros((len(ids), m), dtype=np.int64)
+    finish_step = np.zeros(len(ids), dtype=np.int64)
+    kernel(
+        plan_proposed,
+        plan_accepted,
+        start,
+        end,
+        shift,
+        computed0,
+        remaining,
+        m,
+        1 + s.config.extra_tokens_per_decode,
+        num_old,
+        s.kv.block_size,
+        s.config.rollback_policy == "in_place",
+        steps_out,
+        emitted,
+        proposed,
+        accepted,
+        finish_step,
+    )
+    return list(steps_out), emitted, proposed, accepted, finish_step
 
 
 def _prefills(
@@ -229,10 +323,14 @@ def _plan_plain(
     m: int,
     through_finishes: bool,
     head: int | None,
+    prompts: IntArray | None = None,
 ) -> StepBlock | None:
     """:func:`plan_stretch` without speculation: each running sequence computes ``take`` tokens
     and emits one per step until its last, so the aggregates are closed forms in the step index
-    over the sequences still running (only the block counts need the per-sequence matrix)."""
+    over the sequences still running (only the block counts need the per-sequence matrix).
+    ``prompts``: the prompts of the admitted requests (the last rows), with ``take`` 1: step 0
+    counts each as one token over ``prompt - 1`` computed, corrected below as in
+    :func:`plan_stretch`."""
     kv = s.kv
     take = 1 + s.config.extra_tokens_per_decode
     j = np.arange(m)
@@ -251,29 +349,43 @@ def _plan_plain(
         blocks = (blocks_for(computed0[:, None] + (j + 1), kv.block_size) * active).sum(
             axis=0
         ) + num_seqs * int(blocks_for(take - 1, kv.block_size))
-    tokens = num_seqs * take
+    logits = num_seqs * take
+    tokens = logits
+    num_admitted = prefill_tokens = 0
+    if prompts is not None:
+        num_admitted, prefill_tokens = len(prompts), int(prompts.sum())
+        tokens = logits.copy()
+        tokens[0] += prefill_tokens - num_admitted
     blocks = kv.pool_blocks(ids, blocks, active)
     length = _steps_that_fit(s, ids, tokens, blocks, finish_step, m, through_finishes, head)
     if length == 0:
         return None
     cols = slice(0, length)
-    num_seqs, context, tokens = num_seqs[cols], context[cols], tokens[cols]
+    num_seqs, context, logits = num_seqs[cols], context[cols], logits[cols]
+    pairs_x2 = 2 * take * context + num_seqs * take * (take + 1)
+    if prompts is not None:
+        # A whole prompt of P tokens is P·(P+1)/2 causal pairs, counted above as P.
+        pairs_x2[0] += int((prompts * (prompts + 1) - 2 * prompts).sum())
+    num_decode_seqs, num_prefill_seqs, num_prefill_tokens = _prefills(
+        num_seqs, num_admitted, prefill_tokens
+    )
     return StepBlock(
         ids=ids,
         length=length,
         totals=StepTotals(
             num_seqs=num_seqs,
-            num_tokens=tokens,
-            num_logit_tokens=tokens,
-            kv_read_tokens=context + tokens,
-            attention_pairs_x2=2 * take * context + num_seqs * take * (take + 1),
+            num_tokens=tokens[cols],
+            num_logit_tokens=logits,
+            kv_read_tokens=context + logits,
+            attention_pairs_x2=pairs_x2,
         ),
         work=no_draft_work(length),
         kv_blocks_used=blocks[cols],
-        num_decode_seqs=num_seqs,
-        num_prefill_seqs=np.zeros(length, dtype=np.int64),
-        num_prefill_tokens=np.zeros(length, dtype=np.int64),
-        num_regular_itl=num_seqs,
+        num_decode_seqs=num_decode_seqs,
+        num_prefill_seqs=num_prefill_seqs,
+        num_prefill_tokens=num_prefill_tokens,
+        num_regular_itl=num_decode_seqs,
         computed0=computed0,
         finish_step=finish_step,
+        num_admitted=num_admitted,
     )

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from sim.engine.core import EngineCore
 from sim.engine.scheduler import ScheduledBatch
 
-from .harness import EngineSetup, build_core
+from .harness import EngineSetup, build_core, check_finished, drive_node
 from .strategies import engine_setups
 
 
@@ -69,28 +69,8 @@ def _checked(setup: EngineSetup) -> tuple[int, int]:
         return batch
 
     s.schedule = schedule  # type: ignore[method-assign]
-    _run(core, setup)
+    check_finished(drive_node(setup, core=core)[0])
     return counts[0], counts[1]
-
-
-def _run(core: EngineCore, setup: EngineSetup) -> None:
-    """Run ``core`` (built by :func:`build_core`) through a node over ``setup``'s arrivals."""
-    import simpy
-
-    from sim.engine.node import ArrivalSchedule, ServingNode
-
-    n = len(setup.prompt_tokens)
-    if setup.concurrency is not None:
-        arrivals = ArrivalSchedule(
-            n, concurrency=setup.concurrency, think_time_s=setup.think_time_s
-        )
-    else:
-        times = setup.arrival_at_s if setup.arrival_at_s is not None else np.zeros(n)
-        arrivals = ArrivalSchedule(n, arrival_at_s=times)
-    env = simpy.Environment()
-    node = ServingNode(env, core, arrivals)
-    env.run(until=node.process)
-    assert node.num_finished == n
 
 
 QUERIES = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
