@@ -138,13 +138,15 @@ class EngineCore:
             if waiting_after:
                 head = self.scheduler.predictable_head(len(admit))
             if not waiting_after or head is not None:
-                # Once every waiting request is admitted the stretch may run on past
-                # completions, unless a client answers one with a new request.
-                through = not waiting_after and not self.arrivals_follow_finishes
-                block = self._plan(through, size_for, admit, head)
+                # Once every waiting request is admitted, or while the head waits, the stretch
+                # may run on past completions, unless a client answers one with a new request.
+                block = self._plan(not self.arrivals_follow_finishes, size_for, admit, head)
         if block is None and self.can_fast_forward():
             head = self._blocked_head()
-            block = self._plan(self._through_finishes(), size_for, head=head)
+            through = self._through_finishes() or (
+                head is not None and not self.arrivals_follow_finishes
+            )
+            block = self._plan(through, size_for, head=head)
         if block is None:
             return None
         durations, parts = self._durations(block.totals, block.work)
@@ -217,7 +219,8 @@ class EngineCore:
 
     def _through_finishes(self) -> bool:
         """Whether a decode stretch may run on past a completion: only when nothing waits to take
-        the freed room and no client answers a completion with a new request."""
+        the freed room (or the queue's head waits for the planner to tell when the room suffices)
+        and no client answers a completion with a new request."""
         return not self.scheduler.waiting and not self.arrivals_follow_finishes
 
     def _blocked_head(self) -> int | None:

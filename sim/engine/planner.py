@@ -102,7 +102,9 @@ def plan_stretch(
         tokens[0] += prefill_tokens - len(admit)
     if kv.caching:
         blocks = kv.pool_blocks(ids, blocks, j <= finish_step[:, None])
-    length = _steps_that_fit(s, ids, tokens, blocks, finish_step, m, through_finishes, head)
+    length = _steps_that_fit(
+        s, ids, tokens, blocks, num_seqs, finish_step, m, through_finishes, head
+    )
     if length == 0:
         return None
     cols = slice(0, length)
@@ -290,6 +292,7 @@ def _steps_that_fit(
     ids: IntArray,
     tokens: IntArray,
     blocks: IntArray,
+    num_seqs: IntArray,
     finish_step: IntArray,
     m: int,
     through_finishes: bool,
@@ -303,8 +306,8 @@ def _steps_that_fit(
     capacity = kv.room_without_eviction(ids)
     ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
     if head is not None:
-        # Nothing finishes before the stretch's last step, so every step runs all of ``ids``.
-        ok &= ~s.head_admissible(head, tokens, blocks, len(ids))
+        # The head waits while the running sequences (those not finished yet) leave it no room.
+        ok &= ~s.head_admissible(head, tokens, blocks, num_seqs)
     length = m if ok.all() else int(np.argmin(ok))
     last = int(finish_step.max()) if through_finishes else int(finish_step.min())
     if through_finishes and kv.caching:
@@ -357,7 +360,9 @@ def _plan_plain(
         tokens = logits.copy()
         tokens[0] += prefill_tokens - num_admitted
     blocks = kv.pool_blocks(ids, blocks, active)
-    length = _steps_that_fit(s, ids, tokens, blocks, finish_step, m, through_finishes, head)
+    length = _steps_that_fit(
+        s, ids, tokens, blocks, num_seqs, finish_step, m, through_finishes, head
+    )
     if length == 0:
         return None
     cols = slice(0, length)
