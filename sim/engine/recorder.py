@@ -1,7 +1,6 @@
 """Columnar per-step records, appended one step or a whole fast-forwarded stretch at a time.
 
-Rows are never Python objects: each column is a list of fixed-size numpy chunks, filled in place
-and joined once at the end (a full chunk is never copied while the run goes on), so recording
+Rows are never Python objects: each column is a numpy array that grows by doubling, so recording
 several hundred thousand steps costs a few tens of megabytes and no per-step allocation. A run
 that does not write its step records keeps only the columns its summary reads
 (:data:`SUMMARY_COLUMNS`: 36 bytes a step instead of 108).
@@ -60,23 +59,19 @@ class StepRecorder:
     """
 
     def __init__(
-        self, chunk_rows: int = 1 << 16, columns: tuple[str, ...] = tuple(STEP_COLUMNS)
+        self, initial_capacity: int = 4096, columns: tuple[str, ...] = tuple(STEP_COLUMNS)
     ) -> None:
         unknown = [name for name in columns if name not in STEP_COLUMNS]
         if unknown or "start_at_s" not in columns or "duration_s" not in columns:
             raise ValueError(f"step columns must include start_at_s and duration_s, got {columns}")
-        self._chunk_rows = max(16, chunk_rows)
+        self._capacity = max(16, initial_capacity)
         self._size = 0
         self._names = tuple(name for name in STEP_COLUMNS if name in columns)
-        #: Full chunks of each column, and the chunk being filled (``_fill`` rows of it).
-        self._full: dict[str, list[NDArray[np.generic]]] = {name: [] for name in self._names}
-        self._current = self._new_chunk()
-        self._fill = 0
+        self._columns: dict[str, NDArray[np.generic]] = {
+            name: np.zeros(self._capacity, dtype=STEP_COLUMNS[name]) for name in self._names
+        }
         self._irregular_itl: list[NDArray[np.float64]] = []
         self._irregular_itl_at: list[NDArray[np.float64]] = []
-
-    def _new_chunk(self) -> dict[str, NDArray[np.generic]]:
-        return {name: np.zeros(self._chunk_rows, dtype=STEP_COLUMNS[name]) for name in self._names}
 
     def __len__(self) -> int:
         return self._size
@@ -84,24 +79,19 @@ class StepRecorder:
     def append(self, rows: dict[str, object]) -> None:
         """Append one or more steps; every kept column must be given, scalars or equal-length
         arrays (others are ignored)."""
-        count = np.asarray(rows["start_at_s"]).size
-        done = 0
-        while done < count:
-            # Fill the current chunk; a full one is set aside (never copied) and a new one begun.
-            take = min(count - done, self._chunk_rows - self._fill)
-            for name in self._names:
-                value = rows[name]
-                if isinstance(value, np.ndarray) and value.ndim:
-                    value = value[done : done + take] if take < count else value
-                self._current[name][self._fill : self._fill + take] = value  # type: ignore[assignment]
-            self._fill += take
-            done += take
-            if self._fill == self._chunk_rows:
-                for name in self._names:
-                    self._full[name].append(self._current[name])
-                self._current = self._new_chunk()
-                self._fill = 0
-        self._size += count
+        first = np.atleast_1d(np.asarray(rows["start_at_s"]))
+        count = len(first)
+        needed = self._size + count
+        if needed > self._capacity:
+            while self._capacity < needed:
+                self._capacity *= 2
+            for name, column in self._columns.items():
+                grown = np.zeros(self._capacity, dtype=column.dtype)
+                grown[: self._size] = column[: self._size]
+                self._columns[name] = grown
+        for name in self._names:
+            self._columns[name][self._size : needed] = rows[name]  # type: ignore[assignment]
+        self._size = needed
 
     def add_irregular_itl(self, values: NDArray[np.float64], at_s: float) -> None:
         """Record inter-token gaps that span more than one step (after a preemption or a skip),
@@ -111,35 +101,8 @@ class StepRecorder:
             self._irregular_itl_at.append(np.full(len(values), at_s))
 
     def columns(self) -> dict[str, NDArray[np.generic]]:
-        """The recorded columns, one array each. The chunks are joined one column at a time,
-        each column's chunks freed as it is joined, and kept joined for later calls."""
-        out: dict[str, NDArray[np.generic]] = {}
-        if not any(self._full.values()):
-            return {name: self._current[name][: self._fill] for name in self._names}
-        for name in self._names:
-            parts = self._full[name]
-            if self._fill:
-                parts.append(self._current[name][: self._fill])
-            joined = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            self._full[name] = [joined]
-            out[name] = joined
-        if self._fill:
-            self._current = self._new_chunk()
-            self._fill = 0
-        return out
-
-    def value_at(self, name: str, at_s: float) -> float | None:
-        """Column ``name`` of the last step starting at or before ``at_s`` (None: no such step).
-
-        Raise KeyError if the column is not kept.
-        """
-        chunks = [(self._current["start_at_s"][: self._fill], self._current[name][: self._fill])]
-        chunks += list(zip(self._full["start_at_s"][::-1], self._full[name][::-1], strict=True))
-        for starts, values in chunks:
-            if len(starts) and starts[0] <= at_s:
-                row = int(np.searchsorted(starts, at_s, side="right")) - 1
-                return float(values[row])
-        return None
+        """The recorded columns, trimmed to the number of steps (views, not copies)."""
+        return {name: column[: self._size] for name, column in self._columns.items()}
 
     def irregular_itl(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """All inter-token gaps that were not a single step's duration, and when each ended."""
@@ -149,8 +112,6 @@ class StepRecorder:
 
     def last_duration_s(self) -> float:
         """Duration of the last recorded step (NaN before the first)."""
-        if self._fill:
-            return float(self._current["duration_s"][self._fill - 1])
         if self._size == 0:
             return float("nan")
-        return float(self._full["duration_s"][-1][-1])
+        return float(self._columns["duration_s"][self._size - 1])

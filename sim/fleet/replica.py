@@ -192,10 +192,11 @@ class Replica(ServingNode):
             return _after_plan_usage(plan, kv.block_size, kv.num_blocks)
         if at_s >= self.core.clock_s or not self.busy():
             return kv.num_used / kv.num_blocks
-        used = self.core.recorder.value_at("kv_blocks_used", at_s)
-        if used is None:
+        steps = self.core.recorder.columns()
+        row = int(np.searchsorted(steps["start_at_s"], at_s, side="right")) - 1
+        if row < 0:
             return kv.num_used / kv.num_blocks
-        return used / kv.num_blocks
+        return float(steps["kv_blocks_used"][row]) / kv.num_blocks
 
     # --- the node's hooks ------------------------------------------------------------------------
     def _on_finish(self, ids: IntArray, at_s: float) -> None:

@@ -103,7 +103,7 @@ def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
         cost_model(),
         NoDrafter(),
         plan,
-        StepRecorder(chunk_rows=64),
+        StepRecorder(initial_capacity=64),
         fast_forward,
         check_invariants=True,
     )

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from sim.engine.recorder import STEP_COLUMNS, SUMMARY_COLUMNS, StepRecorder
 from sim.run import build_simulation, execute, run_scenario
@@ -66,34 +64,3 @@ def test_an_unknown_record_option_is_refused() -> None:
     scenario = validate_document(DOCUMENTS["open-loop"], "open-loop")
     with pytest.raises(ValueError, match="step_records"):
         build_simulation(scenario, Path("."), step_records="some")
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30),
-    chunk_rows=st.integers(16, 40),
-    calls=st.lists(st.integers(0, 29), max_size=4),
-)
-def test_chunked_columns_hold_every_appended_row_in_order(
-    sizes: list[int], chunk_rows: int, calls: list[int]
-) -> None:
-    # Appends of any size across chunk edges, with columns() read mid-run (which joins the
-    # chunks) at arbitrary points: the columns are always every row appended so far, in order.
-    recorder = StepRecorder(chunk_rows=chunk_rows, columns=SUMMARY_COLUMNS)
-    total = 0
-    for index, size in enumerate(sizes):
-        rows: dict[str, object] = {name: np.arange(total, total + size) for name in SUMMARY_COLUMNS}
-        rows["kv_blocks_used"] = 7  # a scalar fills every row
-        recorder.append(rows)
-        total += size
-        assert recorder.last_duration_s() == total - 1
-        if index in calls:
-            columns = recorder.columns()
-            assert np.array_equal(columns["start_at_s"], np.arange(total))
-    columns = recorder.columns()
-    assert len(recorder) == total
-    assert np.array_equal(columns["duration_s"], np.arange(total))
-    assert (columns["kv_blocks_used"] == 7).all()
-    assert recorder.value_at("num_seqs", total - 0.5) == total - 1
-    assert recorder.value_at("num_seqs", 3.5) == (3 if total > 3 else total - 1)
-    assert recorder.value_at("num_seqs", -1.0) is None
