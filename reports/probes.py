@@ -92,7 +92,8 @@ def run_probe(
     """One seed at one rate: its judgement and a few summary figures, or the message of the
     SpecsimError that stopped it."""
     try:
-        result = run_scenario(validate_document(document, source), Path(base_dir))
+        scenario = validate_document(document, source)
+        result = run_scenario(scenario, Path(base_dir), step_records="summary")
     except SpecsimError as exc:
         return str(exc)
     try:

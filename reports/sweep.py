@@ -155,7 +155,7 @@ def run_point(point_id: str, document: dict[str, Any], base_dir: str) -> PointOu
     """
     try:
         scenario = validate_document(document, f"point {point_id}")
-        result = run_scenario(scenario, Path(base_dir))
+        result = run_scenario(scenario, Path(base_dir), step_records="summary")
     except SpecsimError as exc:
         return PointOutcome(point_id, None, f"{type(exc).__name__}: {exc}")
     except Exception:

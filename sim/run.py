@@ -29,7 +29,7 @@ from sim.engine.memory import MemoryPlan, plan_memory
 from sim.engine.node import ArrivalSchedule, ServingNode
 from sim.engine.prefix_cache import PrefixStructure
 from sim.engine.presets import SETTINGS, EnginePreset, get_preset
-from sim.engine.recorder import StepRecorder
+from sim.engine.recorder import STEP_RECORDS, StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
 from sim.errors import CatalogueError, ScenarioError
@@ -189,13 +189,20 @@ def build_simulation(
     fast_forward: bool | None = None,
     check_invariants: bool = False,
     enforce_support: bool | None = None,
+    step_records: str = "all",
 ) -> Simulation:
     """Build the node for ``scenario``; relative paths resolve against ``base_dir``.
 
     ``enforce_support=False`` lets a study run a method on an engine that does not offer it
-    (default: refuse unless ``speculation.allow_unsupported`` is set).
-    Raise SpecsimError (ScenarioError, CatalogueError) if the scenario cannot run.
+    (default: refuse unless ``speculation.allow_unsupported`` is set). ``step_records``: keep
+    every step column (``"all"``) or only those the summary reads (``"summary"``: for runs
+    whose step records are not written, such as a sweep's points or a plan's probes; the
+    summary is the same).
+    Raise SpecsimError (ScenarioError, CatalogueError) if the scenario cannot run, and
+    ValueError if ``step_records`` is not one of :data:`~sim.engine.recorder.STEP_RECORDS`.
     """
+    if step_records not in STEP_RECORDS:
+        raise ValueError(f"step_records must be one of {sorted(STEP_RECORDS)}, got {step_records}")
     engine = resolve_engine(scenario, base_dir)
     gpu = get_gpu(scenario.hardware.gpu)
     precision = scenario.precision
@@ -324,7 +331,7 @@ def build_simulation(
         cost_model,
         strategy,
         plan,
-        StepRecorder(),
+        StepRecorder(columns=STEP_RECORDS[step_records]),
         use_fast,
         check_invariants=check_invariants,
     )

@@ -1,12 +1,15 @@
 """The engine core: executes the steps the scheduler chooses and advances the clock.
 
-``step()`` asks the scheduler for one batch and executes it. Between events that change the batch
+Every change to the node's state goes through :meth:`EngineCore.apply_block`, which applies the
+first steps of a :class:`~sim.engine.block.StepBlock`. A general step is a block of one step:
+``step()`` asks the scheduler for one batch and applies it. Between events that change the batch
 (an arrival that could be admitted, a completion, a block shortage), every running sequence
-decodes and the steps are predictable: :mod:`sim.engine.segment` plans many of them at once, and
-the core costs them with one cost-model call. A scheduled step after which the batch is
-predictable is costed together with the stretch that follows it. With fast-forward off every step
-goes through the scheduler; both ways share the integer shape arithmetic and accumulate time with
-a sequential add, so their records agree to the last bit (a test runs both and compares).
+decodes and the steps are predictable: :func:`sim.engine.planner.plan_stretch` plans many of them
+as one block, and the core costs them with one cost-model call. :meth:`EngineCore.plan_next` is
+the seam where the next block is decided (a lone node runs it at once; a fleet's replica holds
+it until no router can cut it). With fast-forward off every step goes through the scheduler;
+both ways share the integer shape arithmetic and accumulate time with a sequential add, so their
+records agree to the last bit (a test runs both and compares).
 
 Same-time order: a step starting at t sees every arrival with arrival time <= t.
 """
@@ -14,21 +17,40 @@ Same-time order: a step starting at t sees every arrival with arrival time <= t.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 from numpy.typing import NDArray
 
 from sim.cost_model import StepCostModel
+from sim.engine.block import StepBlock, StepTotals, general_block
 from sim.engine.drafter import Drafter, DraftWork, StepPlan
 from sim.engine.kv_cache import BlockManager
+from sim.engine.planner import plan_stretch
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
-from sim.engine.scheduler import ScheduledBatch, Scheduler
-from sim.engine.segment import Segment, StepTotals, commit_segment, plan_segment
+from sim.engine.scheduler import Scheduler
 from sim.errors import InvariantError
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
+
+
+#: Stretches planned in numpy before the compiled pass is loaded (see EngineCore._use_compiled).
+COMPILE_AFTER_STRETCHES = 20_000
+
+
+@dataclass(frozen=True)
+class PlannedBlock:
+    """A planned stretch, costed: each step's start (and the last one's end) from the clock,
+    durations and breakdown, and the steps to keep (``length``) for the next known arrival."""
+
+    block: StepBlock
+    starts: FloatArray
+    durations: FloatArray
+    parts: dict[str, FloatArray]
+    length: int
 
 
 class EngineCore:
@@ -44,6 +66,7 @@ class EngineCore:
         fast_forward: bool = True,
         on_finish: Callable[[IntArray, float], None] | None = None,
         check_invariants: bool = False,
+        compiled: bool = False,
     ) -> None:
         self.scheduler = scheduler
         self.requests: RequestTable = scheduler.requests
@@ -55,13 +78,21 @@ class EngineCore:
         self.fast_forward_enabled = fast_forward
         self.on_finish = on_finish
         self.check = check_invariants
+        #: Plan stretches with drafts in the compiled pass when numba is installed (the numpy
+        #: path otherwise; the records are the same). Off by default: measured on the reference
+        #: workload with EAGLE-3 it is no faster than the numpy path, which computes the kept
+        #: steps only, and loading numba costs about 0.5 s of CPU and 100 MB.
+        self.compiled = compiled
+        #: Stretches planned in numpy first (see :meth:`_use_compiled`).
+        self.compile_after = COMPILE_AFTER_STRETCHES
+        self._num_planned = 0
         self.clock_s = 0.0
         self.num_steps = 0
         self.speculative = len(plan.proposed) > 0 or drafter.name != "none"
         #: Closed-loop clients send a request when one finishes: a stretch must stop there.
         self.arrivals_follow_finishes = False
 
-    # --- shared arithmetic ----------------------------------------------------------------------
+    # --- costing --------------------------------------------------------------------------------
     def _durations(
         self, totals: StepTotals, work: DraftWork
     ) -> tuple[FloatArray, dict[str, FloatArray]]:
@@ -83,7 +114,78 @@ class EngineCore:
         """Start of each step and the end of the last: a sequential sum from the clock."""
         return np.add.accumulate(np.concatenate(([self.clock_s], durations)))
 
-    # --- one engine step, or a stretch of them --------------------------------------------------
+    # --- deciding the next block ----------------------------------------------------------------
+    def plan_next(
+        self,
+        next_arrival_at_s: float,
+        size_for_s: float | None = None,
+        *,
+        admissions: bool = True,
+    ) -> PlannedBlock | None:
+        """The next stretch of predictable steps, costed and cut for the arrival expected at
+        ``next_arrival_at_s`` (none of its steps from the first that starts at or after it while
+        there is room to admit it); None when the next step is a general one. ``size_for_s``
+        sizes the plan (default: the next arrival); ``admissions``: the stretch may open with a
+        step that admits the waiting requests. The state is not changed: the caller applies the
+        block (:meth:`apply_block`), or part of it when a later arrival cuts it sooner.
+        """
+        size_for = next_arrival_at_s if size_for_s is None else size_for_s
+        block = None
+        head = None
+        # Admissions first: when the queue's head can be admitted now, a stretch that keeps it
+        # waiting would stop before its first step.
+        admit = self._admissible() if admissions else None
+        if admit is not None:
+            waiting_after = len(self.scheduler.waiting) - len(admit)
+            if waiting_after:
+                head = self.scheduler.predictable_head(len(admit))
+            if not waiting_after or head is not None:
+                # Once every waiting request is admitted, or while the head waits, the stretch
+                # may run on past completions, unless a client answers one with a new request.
+                block = self._plan(not self.arrivals_follow_finishes, size_for, admit, head)
+        if block is None and self.can_fast_forward():
+            head = self._blocked_head()
+            through = self._through_finishes() or (
+                head is not None and not self.arrivals_follow_finishes
+            )
+            block = self._plan(through, size_for, head=head)
+        if block is None:
+            return None
+        durations, parts = self._durations(block.totals, block.work)
+        starts = self._starts(durations)
+        # Behind a head that waits for blocks nobody can be admitted: arrivals cut nothing.
+        cut_at = np.inf if head is not None else next_arrival_at_s
+        length = self.cut_for_arrival(block, starts, cut_at)
+        return PlannedBlock(block, starts, durations, parts, length)
+
+    def _plan(
+        self,
+        through_finishes: bool,
+        next_arrival_at_s: float,
+        admit: IntArray | None = None,
+        head: int | None = None,
+    ) -> StepBlock | None:
+        return plan_stretch(
+            self.scheduler,
+            through_finishes,
+            next_arrival_at_s,
+            admit,
+            clock_s=self.clock_s,
+            last_step_s=self.recorder.last_duration_s(),
+            head=head,
+            compiled=self._use_compiled(),
+        )
+
+    def _use_compiled(self) -> bool:
+        """Whether to plan in the compiled pass: only once the run has shown it is long enough
+        to repay loading numba (about 0.5 s of CPU and 100 MB; the compiled pass saves about
+        60 µs a stretch with drafts, so it pays after some 10,000 more stretches). Switching
+        mid-run changes nothing: both passes plan the same stretches."""
+        if not self.compiled:
+            return False
+        self._num_planned += 1
+        return self._num_planned > self.compile_after
+
     def advance(
         self, next_arrival_at_s: float, waiting_at: Callable[[FloatArray], IntArray]
     ) -> None:
@@ -93,63 +195,56 @@ class EngineCore:
         step that starts at or after it while a new request could be admitted. ``waiting_at``
         counts the requests waiting at given times (for the step records).
         """
-        segment = None
-        if self.can_fast_forward():
-            segment = plan_segment(self, self._through_finishes(), next_arrival_at_s)
-        else:
-            admit = self._admissible()
-            if admit is not None:
-                # Once admitted, nothing waits: the stretch may run on past completions.
-                through = not self.arrivals_follow_finishes
-                segment = plan_segment(self, through, next_arrival_at_s, admit)
-        if segment is not None:
-            durations, parts = self._durations(segment.totals, segment.work)
-            starts = self._starts(durations)
-            length = self._cut_for_arrival(segment, starts, next_arrival_at_s, 0)
-            commit_segment(self, segment, length, starts, durations, parts, waiting_at)
-            self._check()
+        planned = self.plan_next(next_arrival_at_s)
+        if planned is not None:
+            self.apply_planned(planned, planned.length, waiting_at)
             return
         self.step(len(self.scheduler.waiting), next_arrival_at_s, waiting_at)
 
     def _admissible(self) -> IntArray | None:
-        """The waiting requests, if the scheduler would admit all of them next step and prefill
-        each whole prompt while every running sequence decodes: then that step opens a decode
-        stretch (:func:`plan_segment` checks the token budget and the blocks)."""
+        """The waiting requests the scheduler would admit next step, each with its whole prompt,
+        while every running sequence decodes: then that step opens a decode stretch
+        (:func:`plan_stretch` checks the token budget and the blocks). None if there are none,
+        or if the step is not one the planner can follow."""
         s, r = self.scheduler, self.requests
-        if not self.fast_forward_enabled or not s.waiting or not s.config.mixed_batches:
-            return None  # without mixed batches an admission is a prefill-only step
-        if len(s.running) + len(s.waiting) > s.config.max_num_seqs:
+        if not self.fast_forward_enabled or not s.waiting:
             return None
-        waiting = np.fromiter(s.waiting, dtype=np.int64, count=len(s.waiting))
-        if (r.num_emitted[waiting] > 0).any() or (r.num_computed_tokens[waiting] > 0).any():
-            return None  # a preempted request recomputes prompt and output: the general path
-        if self.kv.caching and (self.kv.hash_limit_tokens[waiting] > 0).any():
-            return None  # a prefix-cache hit shortens its prefill: the scheduler's path
         running = s.running
         if len(running) and not (
             s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()
         ):
             return None
-        return waiting
+        count = s.whole_admissions()
+        if not count:
+            return None
+        return np.fromiter(islice(s.waiting, count), dtype=np.int64, count=count)
 
     def _through_finishes(self) -> bool:
         """Whether a decode stretch may run on past a completion: only when nothing waits to take
-        the freed room and no client answers a completion with a new request."""
+        the freed room (or the queue's head waits for the planner to tell when the room suffices)
+        and no client answers a completion with a new request."""
         return not self.scheduler.waiting and not self.arrivals_follow_finishes
 
-    def _cut_for_arrival(
-        self, segment: Segment, starts: FloatArray, next_arrival_at_s: float, offset: int
-    ) -> int:
-        """How many steps of a decode stretch to keep: none that starts at or after the next
-        arrival while there is room to admit it. Step j of the stretch starts at
-        ``starts[offset + j]``; with ``offset`` 0 its first step starts now and always runs."""
-        lo = 1 - offset
-        length = segment.length
-        late = (starts[offset + lo : offset + length] >= next_arrival_at_s) & (
-            segment.num_seqs[lo:length] < self.scheduler.config.max_num_seqs
-        )
-        return lo + int(np.argmax(late)) if late.any() else length
+    def _blocked_head(self) -> int | None:
+        """The head of the waiting queue when a stretch runs while it waits (for blocks)."""
+        s = self.scheduler
+        if s.waiting and len(s.running) < s.config.max_num_seqs:
+            return s.predictable_head()
+        return None
 
+    def cut_for_arrival(self, block: StepBlock, starts: FloatArray, at_s: float) -> int:
+        """How many steps of a planned stretch to keep for an arrival at ``at_s``: none that
+        starts at or after it while there is room to admit it (step j starts at ``starts[j]``;
+        the first may be cut too, when the stretch was planned ahead of a step's end)."""
+        length = block.length
+        if at_s == np.inf:
+            return length
+        late = (starts[:length] >= at_s) & (
+            block.num_seqs[:length] < self.scheduler.config.max_num_seqs
+        )
+        return int(np.argmax(late)) if late.any() else length
+
+    # --- a general step -------------------------------------------------------------------------
     def step(
         self,
         num_waiting: int,
@@ -159,7 +254,7 @@ class EngineCore:
         """Schedule and execute one step starting at the current clock.
 
         With fast-forward on (and ``waiting_at`` given), a step after which every running
-        sequence decodes is costed together with the decode stretch that follows it.
+        sequence decodes is followed at once by the decode stretch it opens.
         Raise InvariantError if nothing can be scheduled.
         """
         batch = self.scheduler.schedule(self.clock_s)
@@ -173,125 +268,132 @@ class EngineCore:
                 f"step at t={self.clock_s}: nothing could be scheduled with "
                 f"{len(self.scheduler.waiting)} waiting and {len(self.scheduler.running)} running"
             )
-        r = self.requests
-        ids, take = batch.ids, batch.num_new_tokens
-        is_dec = batch.is_decode
-        computed = r.num_computed_tokens[ids]
-        known = r.known_tokens(ids)
-        remaining = r.output_tokens[ids] - r.num_emitted[ids]
-        completes = ~is_dec & (computed + take == known)
-        emitted = np.where(
-            is_dec, np.minimum(batch.accepted + 1, remaining), np.where(completes, 1, 0)
-        )
-        finishing = (emitted > 0) & (emitted == remaining)
-        drafting = (is_dec | completes) & ~finishing
-        new_computed = np.where(is_dec, computed + emitted, computed + take)
+        block = general_block(self.scheduler, batch, num_waiting, self.num_steps, self.speculative)
+        durations, parts = self._durations(block.totals, block.work)
+        self.apply_block(block, 1, self._starts(durations), durations, parts)
+        if waiting_at is not None and not (block.finish_step == 0).any():
+            # Arrivals during the step are not released yet: the stretch may not admit them.
+            planned = self.plan_next(next_arrival_at_s, admissions=False)
+            if planned is not None and planned.length > 0:
+                self.apply_planned(planned, planned.length, waiting_at)
 
-        num_tokens = int(take.sum())
-        num_decode = int(is_dec.sum())
-        num_decode_tokens = int((take * is_dec).sum())
-        totals = StepTotals(
-            num_seqs=np.array([len(ids)]),
-            num_tokens=np.array([num_tokens]),
-            num_logit_tokens=np.array([num_decode_tokens + int(completes.sum())]),
-            kv_read_tokens=np.array([int(computed.sum()) + num_tokens]),
-            attention_pairs_x2=np.array([(take * (2 * computed + take + 1)).sum()]),
-        )
-        if self.speculative:
-            work = self._draft_work(batch, ids, take, is_dec, emitted, drafting, new_computed)
-        else:
-            zero = np.zeros(1, dtype=np.int64)
-            work = DraftWork(zero, zero, zero, zero, zero)
-        kv_used = self.kv.num_used  # scratch blocks are already out of the free pool
+    # --- applying a block -----------------------------------------------------------------------
+    def apply_planned(
+        self, planned: PlannedBlock, length: int, waiting_at: Callable[[FloatArray], IntArray]
+    ) -> None:
+        """Apply the first ``length`` steps of a planned stretch (:meth:`apply_block`)."""
+        p = planned
+        self.apply_block(p.block, length, p.starts, p.durations, p.parts, waiting_at)
 
-        # The step's effects that do not depend on its duration.
-        emitting = emitted > 0
+    def apply_block(
+        self,
+        block: StepBlock,
+        length: int,
+        starts: FloatArray,
+        durations: FloatArray,
+        parts: dict[str, FloatArray],
+        waiting_at: Callable[[FloatArray], IntArray] | None = None,
+    ) -> None:
+        """Apply the first ``length`` steps of ``block``, timed by ``starts`` (each step's start
+        and the last one's end, from the clock) with ``durations`` and ``parts``: the requests'
+        progress, the admissions of a stretch's first step (the scheduler's command), the KV
+        blocks (the block manager's commands), the step records, the clock, and the requests
+        that finished. ``waiting_at`` counts the requests waiting at given times (a stretch's
+        records; a general step carries its own)."""
+        r, kv = self.requests, self.kv
+        ids = block.ids
+        step0 = self.num_steps
+        end = starts[1]
         prior = r.num_emitted[ids]
-        first = emitting & (prior == 0)
-        later = emitting & (prior > 0)
-        regular = later & (r.last_emit_step[ids] == self.num_steps - 1)
-        irregular = ids[later & ~regular]
-        r.num_emitted[ids] += emitted
-        r.num_computed_tokens[ids] = new_computed
-        r.num_decode_steps[ids] += is_dec
-        r.num_drafted[ids] += batch.proposed
-        r.num_accepted[ids] += batch.accepted
-        r.last_emit_step[ids[emitting]] = self.num_steps
-        self.kv.release_scratch(batch.scratch_blocks)
-        self.kv.set_logical(ids, new_computed)
-        if self.scheduler.config.rollback_policy == "in_place":
-            self.kv.truncate(ids[is_dec])
+        last_step = np.minimum(block.finish_step, length - 1)
+        if block.emitted is None:
+            # No speculation: one token a step until the last.
+            emitted_per_row = last_step + 1
+            emitted_per_step: IntArray = block.num_seqs[:length]
+            drafted_per_step: IntArray | int = 0
+            accepted_per_step: IntArray | int = 0
+            emits_first = np.ones(len(ids), dtype=bool)
         else:
-            self.kv.allocate(ids[is_dec], new_computed[is_dec])
-        self.num_steps += 1
-
-        # Cost the step, with the decode stretch that follows when it is predictable now.
-        segment = None
-        if waiting_at is not None and not finishing.any() and self.can_fast_forward():
-            segment = plan_segment(self, self._through_finishes(), next_arrival_at_s)
-        if segment is not None:
-            totals = _concat_totals(totals, segment.totals)
-            if self.speculative:
-                work = _concat_work(work, segment.work)
-            else:
-                zeros = np.zeros(1 + segment.length, dtype=np.int64)
-                work = DraftWork(zeros, zeros, zeros, zeros, zeros)
-        durations, parts = self._durations(totals, work)
-        starts = self._starts(durations)
-        end = float(starts[1])
-
-        r.first_token_at_s[ids[first]] = end
-        self.recorder.add_irregular_itl(end - r.last_emit_at_s[irregular], end)
-        r.last_emit_at_s[ids[emitting]] = end
+            assert block.proposed is not None and block.accepted is not None
+            emitted = block.emitted[:, :length]
+            proposed, accepted = block.proposed[:, :length], block.accepted[:, :length]
+            emitted_per_row = emitted.sum(axis=1)
+            emitted_per_step = emitted.sum(axis=0)
+            drafted_per_step, accepted_per_step = proposed.sum(axis=0), accepted.sum(axis=0)
+            r.num_drafted[ids] += proposed.sum(axis=1)
+            r.num_accepted[ids] += accepted.sum(axis=1)
+            emits_first = emitted[:, 0] > 0
+        if block.is_general:
+            # One step: the scheduler admitted, chunked and preempted already.
+            assert block.advanced is not None and block.is_decode is not None
+            new_computed = block.computed0 + block.advanced[:, 0]
+            r.num_decode_steps[ids] += block.is_decode[:, 0]
+            emitting = ids[emits_first]
+            later = emits_first & (prior > 0)
+            irregular = ids[later & (r.last_emit_step[ids] != step0 - 1)]
+            self.recorder.add_irregular_itl(end - r.last_emit_at_s[irregular], float(end))
+            r.first_token_at_s[ids[emits_first & (prior == 0)]] = end
+            r.last_emit_at_s[emitting] = end
+            r.last_emit_step[emitting] = step0
+            kv.release_scratch(block.scratch_blocks)
+            assert block.num_waiting is not None
+            num_waiting = block.num_waiting
+        else:
+            # A stretch: every row emits in each of its steps until its last (checked by the
+            # planner: every running sequence decoded in the step before, or is admitted now).
+            new_computed = block.computed0 + emitted_per_row
+            decode_steps = last_step + 1
+            if block.num_admitted:
+                admitted = ids[len(ids) - block.num_admitted :]
+                self.scheduler.admit_planned(admitted, float(starts[0]))
+                r.first_token_at_s[admitted] = end
+                decode_steps[len(ids) - block.num_admitted :] -= 1  # step 0 was their prefill
+            r.num_decode_steps[ids] += decode_steps
+            r.last_emit_at_s[ids] = starts[last_step + 1]
+            r.last_emit_step[ids] = step0 + last_step
+            assert waiting_at is not None
+            num_waiting = waiting_at(starts[:length])
+            if block.num_admitted:
+                # Step 0 also prefilled the admitted requests, which were waiting when it started.
+                num_waiting = num_waiting.copy()
+                num_waiting[0] += block.num_admitted
+        r.num_emitted[ids] += emitted_per_row
+        r.num_computed_tokens[ids] = new_computed
         self.recorder.append(
             {
-                "start_at_s": starts[:1],
-                "duration_s": durations[:1],
-                **{key: value[:1] for key, value in parts.items()},
-                "num_seqs": len(ids),
-                "num_decode_seqs": num_decode,
-                "num_prefill_seqs": len(ids) - num_decode,
-                "num_tokens": num_tokens,
-                "num_prefill_tokens": num_tokens - num_decode_tokens,
-                "num_emitted_tokens": int(emitted.sum()),
-                "num_draft_tokens": int(batch.proposed.sum()),
-                "num_accepted_tokens": int(batch.accepted.sum()),
-                "kv_blocks_used": kv_used,
+                "start_at_s": starts[:length],
+                "duration_s": durations[:length],
+                **{key: value[:length] for key, value in parts.items()},
+                "num_seqs": block.num_seqs[:length],
+                "num_decode_seqs": block.num_decode_seqs[:length],
+                "num_prefill_seqs": block.num_prefill_seqs[:length],
+                "num_tokens": block.totals.num_tokens[:length],
+                "num_prefill_tokens": block.num_prefill_tokens[:length],
+                "num_emitted_tokens": emitted_per_step,
+                "num_draft_tokens": drafted_per_step,
+                "num_accepted_tokens": accepted_per_step,
+                "kv_blocks_used": block.kv_blocks_used[:length],
                 "num_waiting": num_waiting,
-                "num_regular_itl": int(regular.sum()),
+                "num_regular_itl": block.num_regular_itl[:length],
             }
         )
-        self.clock_s = end
-        self.finish(ids[finishing], end)
+        self.clock_s = float(starts[length])
+        self.num_steps += length
+        # KV: each sequence ends holding exactly the blocks of its committed tokens. Those that
+        # finished before the last step leave first, in time order: they need no settling (the
+        # planner stops at the first that would name blocks for the prefix cache), and the last
+        # step proved room for the others alone.
+        early = block.finish_step < length - 1
+        if early.any():
+            self.finish_at(ids[early], starts[block.finish_step[early] + 1])
+            stay = ~early
+            kv.settle(ids[stay], new_computed[stay])
+            ids, finish_step = ids[stay], block.finish_step[stay]
+        else:
+            kv.settle(ids, new_computed)
+            finish_step = block.finish_step
+        self.finish(ids[finish_step == length - 1], self.clock_s)
         self._check()
-        if segment is not None and waiting_at is not None:
-            length = self._cut_for_arrival(segment, starts, next_arrival_at_s, 1)
-            if length > 0:
-                commit_segment(
-                    self, segment, length, starts, durations, parts, waiting_at, offset=1
-                )
-                self._check()
-
-    def _draft_work(
-        self,
-        batch: ScheduledBatch,
-        ids: IntArray,
-        take: IntArray,
-        is_dec: NDArray[np.bool_],
-        emitted: IntArray,
-        drafting: NDArray[np.bool_],
-        new_computed: IntArray,
-    ) -> DraftWork:
-        """The drafting a general step implies (decodes that go on, prefills that complete)."""
-        next_proposed, _ = self.plan.lookup(ids, self.requests.num_decode_steps[ids] + is_dec)
-        full = drafting & is_dec & (batch.proposed > 0) & (batch.accepted == batch.proposed)
-        return DraftWork(
-            num_seqs=np.array([drafting.sum()]),
-            num_new_tokens=np.array([(np.where(is_dec, emitted, take) * drafting).sum()]),
-            context_tokens=np.array([(new_computed * drafting).sum()]),
-            num_full_accept=np.array([full.sum()]),
-            num_proposed=np.array([(next_proposed * drafting).sum()]),
-        )
 
     def finish(self, ids: IntArray, end: float) -> None:
         """Retire the requests ``ids`` that emitted their last token in a step ending at ``end``."""
@@ -316,35 +418,15 @@ class EngineCore:
             self.scheduler.check_invariants()
 
     def can_fast_forward(self) -> bool:
-        """Whether the next steps are pure decodes whose shapes are known in advance."""
+        """Whether the next steps are pure decodes whose shapes are known in advance (a waiting
+        request keeps waiting for as long as the planner can tell)."""
         s = self.scheduler
         running = s.running
         if not self.fast_forward_enabled or len(running) == 0:
             return False
-        if s.waiting and len(running) < s.config.max_num_seqs:
+        if s.waiting and len(running) < s.config.max_num_seqs and s.predictable_head() is None:
             return False
         r = self.requests
         return bool(
             s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()
         )
-
-
-def _concat_totals(a: StepTotals, b: StepTotals) -> StepTotals:
-    return StepTotals(
-        *(np.concatenate((x, y)) for x, y in zip(astuple_totals(a), astuple_totals(b), strict=True))
-    )
-
-
-def astuple_totals(t: StepTotals) -> tuple[IntArray, ...]:
-    """The fields of a :class:`StepTotals`, in order."""
-    return (t.num_seqs, t.num_tokens, t.num_logit_tokens, t.kv_read_tokens, t.attention_pairs_x2)
-
-
-def _concat_work(a: DraftWork, b: DraftWork) -> DraftWork:
-    return DraftWork(
-        np.concatenate((a.num_seqs, b.num_seqs)),
-        np.concatenate((a.num_new_tokens, b.num_new_tokens)),
-        np.concatenate((a.context_tokens, b.context_tokens)),
-        np.concatenate((a.num_full_accept, b.num_full_accept)),
-        np.concatenate((a.num_proposed, b.num_proposed)),
-    )

@@ -7,8 +7,8 @@ two requests can share (a common prefix) are named and reference-counted by
 :class:`~sim.engine.prefix_cache.PrefixCache`: a request's block table is its ``num_shared`` named
 blocks, first, then its own. A named block no request holds stays cached among the free blocks
 and is evicted only when no unnamed free block is left. Paired query/command methods
-(``blocks_needed``/``can_allocate`` then ``allocate``) keep every change explicit, and
-``check_invariants()`` verifies conservation after any of them:
+(``blocks_needed``/``can_allocate`` then ``allocate``; ``settle`` after each step) keep every
+change explicit, and ``check_invariants()`` verifies conservation after any of them:
 ``free + Σ own + named held == num_blocks``, nothing negative, reference counts equal to the
 requests holding each named block, and no request holding fewer slots than its logical KV length.
 """
@@ -184,12 +184,6 @@ class BlockManager:
         self._take(num_blocks)
         self.held[request] += num_blocks
 
-    def set_held(self, requests: IntArray, num_blocks: IntArray) -> None:
-        """Set each request's holding to ``num_blocks`` (never below its named blocks), settling
-        the free count without evicting (a decode stretch's end; its planner left room)."""
-        self.num_free += int(self.held[requests].sum() - num_blocks.sum())
-        self.held[requests] = num_blocks
-
     def allocate(self, requests: IntArray, num_slots: IntArray) -> None:
         """Grow each request's holding to cover ``num_slots`` slots.
 
@@ -207,16 +201,24 @@ class BlockManager:
         self._take(int(num_blocks.sum()))
         self.held[requests] += num_blocks
 
-    def set_logical(self, requests: IntArray, num_tokens: IntArray) -> None:
-        """Record the logical KV length (committed tokens) of each request."""
-        self.logical_tokens[requests] = num_tokens
+    def settle(self, requests: IntArray, num_tokens: IntArray) -> None:
+        """Record each request's logical KV length (its committed tokens) and make it hold
+        exactly the blocks they fill: the blocks beyond are freed (rejected drafts written in
+        place), missing ones taken (accepted drafts kept in scratch slots, or a stretch's
+        growth), evicting cached blocks only when no other is free.
 
-    def truncate(self, requests: IntArray) -> None:
-        """Free the blocks beyond each request's logical length (write-in-place rollback)."""
-        keep = blocks_for(self.logical_tokens[requests], self.block_size)
-        excess = np.maximum(self.held[requests] - keep, 0)
-        self.held[requests] -= excess
-        self.num_free += int(excess.sum())
+        Raise InvariantError if the pool cannot cover the growth.
+        """
+        change = blocks_for(num_tokens, self.block_size) - self.held[requests]
+        excess = int(-change[change < 0].sum())
+        need = int(change[change > 0].sum())
+        if need > self.num_free + excess:
+            raise InvariantError(f"settling needs {need} blocks with {self.num_free + excess} free")
+        self.logical_tokens[requests] = num_tokens
+        self.num_free += excess
+        if need:
+            self._take(need)
+        self.held[requests] += change
 
     def free(self, requests: IntArray) -> None:
         """Return every block of ``requests`` to the pool (finish or preemption), in order.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 from numpy.typing import NDArray
@@ -101,6 +102,17 @@ class Scheduler:
         self.requests.state[ids] = FINISHED
         self.running = self.running[self.requests.state[self.running] == RUNNING]
 
+    def admit_planned(self, ids: IntArray, now_s: float) -> None:
+        """Admit ``ids``, the head of the waiting queue in order, as a planned stretch's first
+        step does (whole prompts, checked by its planner): off the queue, onto running's end."""
+        for _ in range(len(ids)):
+            self.waiting.popleft()
+        self.running = np.concatenate((self.running, ids))
+        r = self.requests
+        r.state[ids] = RUNNING
+        first_time = ids[np.isnan(r.scheduled_at_s[ids])]  # not a readmission
+        r.scheduled_at_s[first_time] = now_s
+
     def _preempt_tail(self) -> int:
         """Preempt the most recently admitted running request (recompute): back to the front."""
         victim = int(self.running[-1])
@@ -142,6 +154,93 @@ class Scheduler:
         """Which requests are decoding (all known tokens but the last are in the KV cache)."""
         r = self.requests
         return (r.num_emitted[ids] >= 1) & (r.num_computed_tokens[ids] == r.known_tokens(ids) - 1)
+
+    def predictable_head(self, position: int = 0) -> int | None:
+        """The waiting request at ``position`` (the head once those before it are admitted) if
+        :meth:`head_admissible` can tell when the scheduler would admit it (batches mix
+        prefills with decodes, and no cached prefix can shorten its prefill), else None."""
+        if len(self.waiting) <= position or not self.config.mixed_batches:
+            return None
+        head = self.waiting[position]
+        if self.kv.caching and self.kv.hash_limit_tokens[head] > 0:
+            return None
+        return head
+
+    def whole_admissions(self) -> int | None:
+        """How many requests from the head of the queue the next step would admit, each with
+        its whole prompt, while every running sequence decodes: :meth:`_admit`'s rule as
+        cumulative sums of budget and blocks. None when the step would admit one the planner
+        cannot follow: a partial prompt chunk, a recompute after preemption, a prefix-cache
+        hit, or batches that keep prefills apart."""
+        cfg, r, kv = self.config, self.requests, self.kv
+        room = cfg.max_num_seqs - len(self.running)
+        if not cfg.mixed_batches or not self.waiting or room <= 0:
+            return None
+        queue = np.fromiter(
+            islice(self.waiting, room + 1), dtype=np.int64, count=min(room + 1, len(self.waiting))
+        )
+        want = r.prompt_tokens[queue]
+        blocks = blocks_for(want, kv.block_size)
+        plain = (r.num_emitted[queue] == 0) & (r.num_computed_tokens[queue] == 0)
+        if kv.caching:
+            plain &= kv.hash_limit_tokens[queue] == 0
+        running = self.running
+        if len(queue) <= room and plain.all():
+            # A cheap bound first: if the running decodes took the most a decode can take (the
+            # longest draft, and one more block than the tokens fill), would all still fit?
+            take = 1 + cfg.extra_tokens_per_decode + self._max_proposed()
+            most_blocks = len(running) * (int(blocks_for(take, kv.block_size)) + 1)
+            if (
+                len(running) * take + int(want.sum()) <= cfg.max_num_batched_tokens
+                and most_blocks + int(blocks.sum()) <= kv.num_free
+            ):
+                return len(queue)
+        decode_tokens = 0
+        if len(running):
+            proposed = np.zeros(len(running), dtype=np.int64)
+            if len(self.plan.proposed):
+                proposed = self.plan.lookup(running, r.num_decode_steps[running])[0]
+            decode_tokens = int((1 + cfg.extra_tokens_per_decode + proposed).sum())
+        budget = cfg.max_num_batched_tokens - decode_tokens
+        free = kv.num_free - self._decode_blocks(running)
+        budget_before = budget - (np.cumsum(want) - want)
+        free_before = free - (np.cumsum(blocks) - blocks)
+        whole = (
+            (np.arange(len(queue)) < room)
+            & (want <= budget_before)
+            & (blocks <= free_before)
+            & plain
+        )
+        k = len(queue) if whole.all() else int(np.argmin(whole))
+        if k == len(queue) or k >= room or budget_before[k] <= 0:
+            return k
+        if not plain[k]:
+            return None  # it may be admitted by a path the planner does not model
+        if want[k] > budget_before[k]:
+            if not cfg.chunked_prefill:
+                return k
+            # Chunked: admitted with a partial prompt if that chunk's blocks fit.
+            chunk = blocks_for(budget_before[k], kv.block_size)
+            return None if chunk <= free_before[k] else k
+        return k  # short of blocks
+
+    def head_admissible(
+        self, head: int, num_tokens: IntArray, used_blocks: IntArray, num_running: IntArray | int
+    ) -> NDArray[np.bool_]:
+        """Whether :meth:`schedule` would admit the waiting ``head`` (from
+        :meth:`predictable_head`) in each of several steps whose ``num_running`` running decodes
+        take ``num_tokens`` of the budget and leave ``used_blocks`` of the pool in use: it needs
+        a sequence slot, budget, and the blocks of its first chunk (:meth:`_admit`'s rule)."""
+        cfg, r = self.config, self.requests
+        want = int(r.prompt_tokens[head] + r.num_emitted[head])
+        computed = int(r.num_computed_tokens[head])  # 0: a waiting request holds no KV
+        budget = cfg.max_num_batched_tokens - num_tokens
+        take = np.minimum(want - computed, budget)
+        need = blocks_for(computed + take, self.kv.block_size)
+        fits = (budget > 0) & (need <= self.kv.num_blocks - used_blocks)
+        if not cfg.chunked_prefill:
+            fits &= want - computed <= budget
+        return fits & (num_running < cfg.max_num_seqs)
 
     # --- the step decision --------------------------------------------------------------------
     def schedule(self, now_s: float) -> ScheduledBatch:
@@ -314,25 +413,41 @@ class Scheduler:
         proposed: IntArray,
         accepted: IntArray,
     ) -> tuple[IntArray, IntArray, NDArray[np.bool_], IntArray, IntArray, IntArray, IntArray, int]:
-        """vLLM V1's loop: allocate in order; when short, preempt from the tail of running."""
-        kv = self.kv
-        kept: list[int] = []
+        """vLLM V1's loop: allocate in order; when short, preempt from the tail of running.
+
+        The requests that fit one after another are granted together (a cumulative sum of
+        their blocks against the free count); only the one that does not fit goes through the
+        preemption loop, then the rest carry on from it.
+        """
+        kv, state = self.kv, self.requests.state
+        own_all, scratch_all = self._slots(ids, take, is_dec, proposed)
+        need_all = kv.blocks_needed(ids, own_all)
+        cost = need_all + scratch_all  # a preemption frees others' blocks, never changes these
+        kept: list[IntArray] = []
         num_preempted = 0
-        for index, req in enumerate(ids.tolist()):
-            if self.requests.state[req] != RUNNING:
-                continue  # preempted earlier in this loop
-            one = np.array([req])
-            own, scratch = self._slots(
-                one, take[index : index + 1], is_dec[index : index + 1], proposed[index : index + 1]
-            )
-            while int(kv.blocks_needed(one, own).sum()) + int(scratch.sum()) > kv.num_free:
-                total = int(blocks_for(own, kv.block_size)[0]) + int(scratch.sum())
+        start = 0
+        while start < len(ids):
+            rest = start + np.flatnonzero(state[ids[start:]] == RUNNING)  # not preempted since
+            if len(rest) == 0:
+                break
+            fit = int(np.searchsorted(np.cumsum(cost[rest]), kv.num_free, side="right"))
+            if fit:
+                granted = rest[:fit]
+                kv.grant(ids[granted], need_all[granted])
+                kv.reserve_scratch(int(scratch_all[granted].sum()))
+                kept.append(granted)
+            if fit == len(rest):
+                break
+            index = int(rest[fit])
+            req = int(ids[index])
+            while int(cost[index]) > kv.num_free:
+                total = int(blocks_for(own_all[index], kv.block_size)) + int(scratch_all[index])
                 if total > kv.num_blocks:
                     # Even alone it could never run: preempting would only repeat forever.
                     raise ScenarioError(
-                        f"request {req} needs {total} KV blocks for one step ({int(own[0])} "
-                        f"token slots with its draft slots) but the pool holds {kv.num_blocks}: "
-                        "raise engine.gpu_memory_utilization or lower "
+                        f"request {req} needs {total} KV blocks for one step "
+                        f"({int(own_all[index])} token slots with its draft slots) but the pool "
+                        f"holds {kv.num_blocks}: raise engine.gpu_memory_utilization or lower "
                         "speculation.num_speculative_tokens"
                     )
                 victim = self._preempt_tail()
@@ -340,12 +455,13 @@ class Scheduler:
                 if victim == req:
                     break
             else:
-                kv.allocate(one, own)
-                kv.reserve_scratch(int(scratch.sum()))
-                kept.append(index)
-        # Scratch was reserved one by one above; give it back so the caller reserves the total.
-        idx = np.array(kept, dtype=np.int64)
-        own_slots, scratch = self._slots(ids[idx], take[idx], is_dec[idx], proposed[idx])
+                kv.grant(ids[index : index + 1], need_all[index : index + 1])
+                kv.reserve_scratch(int(scratch_all[index]))
+                kept.append(np.array([index], dtype=np.int64))
+            start = index + 1
+        # Scratch was reserved as granted above; give it back so the caller reserves the total.
+        idx = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+        own_slots, scratch = own_all[idx], scratch_all[idx]
         kv.release_scratch(int(scratch.sum()))
         return (
             ids[idx],
@@ -416,6 +532,15 @@ class Scheduler:
         admitted = np.array(ids, dtype=np.int64)
         self.running = np.concatenate((self.running, admitted))
         return admitted, np.array(takes, dtype=np.int64)
+
+    def _max_proposed(self) -> int:
+        """The most drafts any verify step of the plan carries."""
+        cached = self.__dict__.get("_max_proposed_cache")
+        if cached is None:
+            proposed = self.plan.proposed
+            cached = int(proposed.max()) if len(proposed) else 0
+            self._max_proposed_cache = cached
+        return cached
 
     def check_invariants(self, scratch_blocks: int = 0) -> None:
         """Raise InvariantError if the queues or the block ledger are inconsistent."""

@@ -31,10 +31,9 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-from sim.engine.core import EngineCore
+from sim.engine.core import EngineCore, PlannedBlock
 from sim.engine.kv_cache import blocks_for
 from sim.engine.node import ServingNode
-from sim.engine.segment import Segment, commit_segment, plan_segment
 
 if TYPE_CHECKING:
     from sim.fleet.stage import Stage
@@ -103,22 +102,16 @@ class RoutedArrivals:
 
 @dataclass
 class PendingPlan:
-    """A planned, uncommitted decode stretch: its segment, step starts, durations and parts, the
-    steps it keeps (``length``) and when its sequences would finish."""
+    """A planned, uncommitted decode stretch (the engine's :class:`PlannedBlock`, whose
+    ``length`` steps it keeps) and when its sequences would finish."""
 
-    segment: Segment
-    starts: FloatArray
-    durations: FloatArray
-    parts: dict[str, FloatArray]
+    planned: PlannedBlock
     length: int
     #: Sorted finish times of the sequences finishing within the plan.
     finish_at_s: list[float]
     #: When the plan's last kept step starts, and when it ends.
     last_start_s: float
     end_s: float
-    #: ``starts`` and the segment's sequences per step as lists, for cheap cuts.
-    starts_list: list[float]
-    num_seqs_list: list[int]
 
 
 class Replica(ServingNode):
@@ -193,9 +186,9 @@ class Replica(ServingNode):
         kv = self.core.kv
         plan = self.pending
         if plan is not None and at_s >= self.core.clock_s:
-            row = int(np.searchsorted(plan.starts[: plan.length], at_s, side="right")) - 1
+            row = int(np.searchsorted(plan.planned.starts[: plan.length], at_s, side="right")) - 1
             if row < plan.length and at_s < plan.end_s:
-                return float(plan.segment.blocks[row]) / kv.num_blocks
+                return float(plan.planned.block.kv_blocks_used[row]) / kv.num_blocks
             return _after_plan_usage(plan, kv.block_size, kv.num_blocks)
         if at_s >= self.core.clock_s or not self.busy():
             return kv.num_used / kv.num_blocks
@@ -259,65 +252,40 @@ class Replica(ServingNode):
 
     # --- planning and committing -----------------------------------------------------------------
     def _plan(self) -> PendingPlan | None:
-        """Plan the next decode stretch as the engine would (``EngineCore.advance``), without
+        """Plan the next decode stretch as the engine would (``EngineCore.plan_next``), without
         committing it; None when the next step is not part of a stretch."""
         core = self.core
         own_next = self.routed.next_at_s()
         # The next arrival only sizes a plan (a short plan just ends the stretch early): expect
         # this replica's next request one stage-wide gap times the number of replicas away.
         size_for = min(own_next, core.clock_s + self.stage.mean_gap_s * len(self.stage.replicas))
-        segment = None
-        if core.can_fast_forward():
-            segment = plan_segment(core, core._through_finishes(), size_for)
-        else:
-            admit = core._admissible()
-            if admit is not None:
-                segment = plan_segment(core, not core.arrivals_follow_finishes, size_for, admit)
-        if segment is None:
+        planned = core.plan_next(own_next, size_for)
+        if planned is None:
             return None
-        durations, parts = core._durations(segment.totals, segment.work)
-        starts = core._starts(durations)
-        length = core._cut_for_arrival(segment, starts, own_next, 0)
-        within = segment.finish_step < length
-        finish_at = np.sort(starts[segment.finish_step[within] + 1]).tolist()
-        starts_list = starts[: length + 1].tolist()
+        return self._pending(planned, planned.length)
+
+    @staticmethod
+    def _pending(planned: PlannedBlock, length: int) -> PendingPlan:
+        block, starts = planned.block, planned.starts
+        within = block.finish_step < length
+        finish_at = np.sort(starts[block.finish_step[within] + 1]).tolist()
         return PendingPlan(
-            segment,
-            starts,
-            durations,
-            parts,
-            length,
-            finish_at,
-            starts_list[length - 1],
-            starts_list[length],
-            starts_list,
-            segment.num_seqs[:length].tolist(),
+            planned, length, finish_at, float(starts[length - 1]), float(starts[length])
         )
 
     def _cut(self, plan: PendingPlan, at_s: float) -> int:
         """Steps of ``plan`` to keep for an arrival at ``at_s``: the engine's rule
-        (``EngineCore._cut_for_arrival``), none from the first step after the first that starts
-        at or after the arrival while there is room to admit it."""
-        keep = bisect.bisect_left(plan.starts_list, at_s, 1, plan.length)
-        limit = self.core.scheduler.config.max_num_seqs
-        while keep < plan.length and plan.num_seqs_list[keep] >= limit:
-            keep += 1
-        return keep
+        (``EngineCore.cut_for_arrival``) within the steps kept so far; the first always runs
+        (the replica planned it when every arrival up to its start had been routed)."""
+        planned = plan.planned
+        keep = self.core.cut_for_arrival(planned.block, planned.starts, at_s)
+        return min(max(keep, 1), plan.length)
 
     def _commit(self, length: int) -> None:
         plan = self.pending
         assert plan is not None
         self.pending = None
-        commit_segment(
-            self.core,
-            plan.segment,
-            length,
-            plan.starts,
-            plan.durations,
-            plan.parts,
-            self._waiting_at,
-        )
-        self.core._check()
+        self.core.apply_planned(plan.planned, length, self._waiting_at)
 
     def _catch_up(self) -> None:
         """Route what can be routed and release what has arrived, until neither changes: taking
@@ -383,13 +351,13 @@ class Replica(ServingNode):
 
 def _after_plan_usage(plan: PendingPlan, block_size: int, num_blocks: int) -> float:
     """KV usage after a plan's last step: the blocks its surviving sequences then hold."""
-    segment = plan.segment
+    block = plan.planned.block
     last = plan.length - 1
-    alive = segment.finish_step > last
-    if segment.emitted is None:
-        emitted = np.minimum(segment.finish_step, last) + 1
+    alive = block.finish_step > last
+    if block.emitted is None:
+        emitted = np.minimum(block.finish_step, last) + 1
     else:
-        emitted = segment.emitted[:, : plan.length].sum(axis=1)
-    tokens = segment.computed0 + emitted
+        emitted = block.emitted[:, : plan.length].sum(axis=1)
+    tokens = block.computed0 + emitted
     held = int((blocks_for(tokens, block_size) * alive).sum())
     return held / num_blocks

@@ -113,14 +113,17 @@ def drive_node(
     setup: EngineSetup,
     fast_forward: bool = True,
     observer: Callable[[EngineCore], None] | None = None,
+    core: EngineCore | None = None,
 ) -> tuple[EngineCore, int]:
     """Run the SimPy serving node over ``setup`` until every request has finished.
 
     ``observer(core)`` runs after every SimPy event, so after every step (or stretch of
-    fast-forwarded steps) the node takes. Return the core and how many steps ran in stretches of
+    fast-forwarded steps) the node takes; ``core``: one built by :func:`build_core` and set up
+    by the test (default: built here). Return the core and how many steps ran in stretches of
     more than one step per event.
     """
-    core = build_core(setup, fast_forward)
+    if core is None:
+        core = build_core(setup, fast_forward)
     if setup.concurrency is not None:
         arrivals = ArrivalSchedule(
             len(setup.prompt_tokens),

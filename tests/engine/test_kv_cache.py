@@ -67,20 +67,28 @@ class LedgerMachine(RuleBasedStateMachine):
             assert self.kv.num_free == before[0]
             assert np.array_equal(self.kv.held, before[1])
 
-    @rule(request=st.integers(0, NUM_REQUESTS - 1), data=st.data())
-    def set_logical_within_holding(self, request: int, data: st.DataObject) -> None:
-        capacity = int(self.held[request]) * self.kv.block_size
-        tokens = data.draw(st.integers(0, capacity))
-        self.kv.set_logical(np.array([request]), np.array([tokens]))
-        self.logical[request] = tokens
-
-    @rule(ids=st.lists(st.integers(0, NUM_REQUESTS - 1), min_size=1, max_size=3, unique=True))
-    def truncate(self, ids: list[int]) -> None:
+    @rule(
+        ids=st.lists(st.integers(0, NUM_REQUESTS - 1), min_size=1, max_size=3, unique=True),
+        data=st.data(),
+    )
+    def settle(self, ids: list[int], data: st.DataObject) -> None:
         requests = np.array(ids, dtype=np.int64)
-        self.kv.truncate(requests)
-        self.held[requests] = np.minimum(
-            self.held[requests], blocks_for(self.logical[requests], self.kv.block_size)
+        tokens = np.array(
+            data.draw(st.lists(st.integers(0, 40), min_size=len(ids), max_size=len(ids)))
         )
+        keep = blocks_for(tokens, self.kv.block_size)
+        change = keep - self.held[requests]
+        if int(change.sum()) <= self._free():
+            self.kv.settle(requests, tokens)
+            self.held[requests] = keep
+            self.logical[requests] = tokens
+        else:
+            before = (self.kv.num_free, self.kv.held.copy())
+            with pytest.raises(InvariantError):
+                self.kv.settle(requests, tokens)
+            # A refused settlement changes nothing.
+            assert self.kv.num_free == before[0]
+            assert np.array_equal(self.kv.held, before[1])
 
     @rule(ids=st.lists(st.integers(0, NUM_REQUESTS - 1), min_size=1, max_size=3, unique=True))
     def free(self, ids: list[int]) -> None:
@@ -130,8 +138,7 @@ TestLedger = LedgerMachine.TestCase
 
 def _ledger_with_holdings() -> BlockManager:
     kv = BlockManager(num_blocks=10, block_size=4, num_requests=3)
-    kv.allocate(np.array([0, 1]), np.array([9, 4]))  # 3 and 1 blocks
-    kv.set_logical(np.array([0, 1]), np.array([9, 4]))
+    kv.settle(np.array([0, 1]), np.array([9, 4]))  # 3 and 1 blocks
     kv.check_invariants()
     return kv
 
@@ -156,18 +163,20 @@ def test_scratch_is_accounted_only_while_reserved() -> None:
 
 def test_a_holding_short_of_its_logical_length_is_caught() -> None:
     kv = _ledger_with_holdings()
-    kv.set_logical(np.array([1]), np.array([5]))  # 5 tokens need 2 blocks, 1 held
+    kv.logical_tokens[1] = 5  # 5 tokens need 2 blocks, 1 held: a corrupt ledger
     with pytest.raises(InvariantError, match="request 1 holds 1 blocks for 5 logical tokens"):
         kv.check_invariants()
 
 
-def test_truncate_keeps_exactly_the_blocks_of_the_logical_length() -> None:
+def test_settle_keeps_exactly_the_blocks_of_the_logical_length() -> None:
     kv = BlockManager(num_blocks=10, block_size=4, num_requests=2)
     kv.allocate(np.array([0, 1]), np.array([14, 14]))  # 4 blocks each, as a k = 3 step writes
-    kv.set_logical(np.array([0, 1]), np.array([14, 12]))
-    kv.truncate(np.array([0, 1]))
+    kv.settle(np.array([0, 1]), np.array([14, 12]))  # request 1 rejected 2 drafts
     assert kv.held.tolist() == [4, 3]
     assert kv.num_free == 3
+    kv.settle(np.array([1]), np.array([21]))  # a stretch's growth: 21 tokens fill 6 blocks
+    assert kv.held.tolist() == [4, 6]
+    assert kv.num_free == 0
     kv.check_invariants()
 
 

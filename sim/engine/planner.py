@@ -1,0 +1,416 @@
+"""The stretch planner: many decode steps planned at once from the engine's state.
+
+Between events that change the batch (an arrival that could be admitted, a block shortage, a
+completion whose room someone waits for), every running sequence decodes and each step's shape
+follows from the sequences' lengths and their acceptance plans alone. :func:`plan_stretch`
+computes those steps' integer aggregates as (sequence × step) arrays and returns them as a
+:class:`~sim.engine.block.StepBlock`, reading the scheduler's state and changing nothing; the
+engine costs the block with one cost-model call and applies its first steps
+(``EngineCore.apply_block``). A stretch may open with the step that admits the waiting requests,
+when the scheduler would admit them all with whole prompts: they are rows that prefill in step 0.
+
+The plan reproduces exactly what stepping one by one through the scheduler does: the same
+integer aggregates, the same block counts, the same emissions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sim.engine import stretch_kernel
+from sim.engine.block import StepBlock, StepTotals, no_draft_work
+from sim.engine.drafter import DraftWork
+from sim.engine.kv_cache import blocks_for
+from sim.engine.scheduler import Scheduler
+
+IntArray = NDArray[np.int64]
+
+
+#: Steps costed per stretch at most; a longer stretch is planned as several blocks.
+FAST_FORWARD_CHUNK = 64
+
+
+def plan_stretch(
+    s: Scheduler,
+    through_finishes: bool,
+    next_arrival_at_s: float = np.inf,
+    admit: IntArray | None = None,
+    *,
+    clock_s: float = 0.0,
+    last_step_s: float = float("nan"),
+    head: int | None = None,
+    compiled: bool = True,
+) -> StepBlock | None:
+    """Plan the next pure-decode steps of the scheduler's running sequences (state untouched).
+
+    Stops before a step that would need more KV blocks or token budget than there are, and after
+    the first step in which a sequence finishes unless ``through_finishes`` (nothing waits to
+    take the freed room), in which case the finished sequences drop out and the others go on.
+    ``next_arrival_at_s`` only sizes the plan: the steps likely to run before that arrival cuts
+    the stretch, from ``last_step_s`` (the last step's duration) and the clock ``clock_s`` (a
+    plan that proves short simply ends the stretch early; the next one carries on). ``admit``
+    (fresh waiting requests, in queue order) makes step 0 also prefill their whole prompts, as
+    the scheduler would admit them; the caller has checked that nothing else in the queue or the
+    running set stands in the way. ``head``: the request at the head of the waiting queue, which
+    the scheduler would admit as soon as a step leaves it room (see
+    :meth:`Scheduler.head_admissible`): the stretch stops before such a step. ``compiled``:
+    do the drafts' arithmetic in the compiled pass when numba is installed (the numpy
+    reference path otherwise; both give the same plan). Return None if not even one step fits.
+    """
+    r, kv, plan = s.requests, s.kv, s.plan
+    ids = s.running
+    computed0 = r.num_computed_tokens[ids]
+    remaining = r.output_tokens[ids] - r.num_emitted[ids]
+    if admit is not None:
+        # An admitted request counts as having computed all but one token of its prompt and
+        # emitting its first token in step 0 (its remaining prefill is corrected below).
+        prompts = r.prompt_tokens[admit]
+        ids = np.concatenate((ids, admit))
+        computed0 = np.concatenate((computed0, prompts - 1))
+        remaining = np.concatenate((remaining, r.output_tokens[admit]))
+    # Every step emits at least one token per sequence: all have finished within max(remaining)
+    # steps, the first within min(remaining); costing more steps would be wasted work.
+    horizon = int(remaining.max()) if through_finishes else int(remaining.min())
+    m = min(FAST_FORWARD_CHUNK, horizon)
+    if next_arrival_at_s < np.inf and last_step_s > 0:
+        # Steps vary along a stretch: plan three times the gap / last step, plus sixteen.
+        expected = (next_arrival_at_s - clock_s) / last_step_s
+        m = max(1, min(m, int(expected * 3.0) + 16))
+    j = np.arange(m)
+    if not len(plan.proposed) and (admit is None or s.config.extra_tokens_per_decode == 0):
+        prompts_or_none = None if admit is None else r.prompt_tokens[admit]
+        return _plan_plain(s, ids, computed0, remaining, m, through_finishes, head, prompts_or_none)
+    num_old = len(ids) - (0 if admit is None else len(admit))
+    kernel = stretch_kernel.compiled() if compiled else None
+    if kernel is not None:
+        drafts = _drafts_compiled(kernel, s, ids, computed0, remaining, m, num_old)
+    else:
+        drafts = _drafts(s, ids, computed0, remaining, m, num_old)
+    (num_seqs, logits, blocks), rest, emitted, proposed, accepted, finish_step = drafts
+    tokens = logits
+    prefill_tokens = 0
+    if admit is not None:
+        prefill_tokens = int(prompts.sum())
+        tokens = logits.copy()
+        tokens[0] += prefill_tokens - len(admit)
+    if kv.caching:
+        blocks = kv.pool_blocks(ids, blocks, j <= finish_step[:, None])
+    length = _steps_that_fit(
+        s, ids, tokens, blocks, num_seqs, finish_step, m, through_finishes, head
+    )
+    if length == 0:
+        return None
+    cols = slice(0, length)
+    emitted, proposed, accepted = emitted[:, cols], proposed[:, cols], accepted[:, cols]
+    kv_read, pairs_x2, *work = rest(length)
+    num_seqs, pairs_x2 = num_seqs[cols], pairs_x2.copy()
+    num_new_tokens = work[1].copy()
+    if admit is not None:
+        # A whole prompt of P tokens is P·(P+1)/2 causal pairs, counted above as P (one token
+        # over P - 1); a drafter catches up on the whole prompt, counted above as one token.
+        pairs_x2[0] += int((prompts * (prompts + 1) - 2 * prompts).sum())
+        drafts_after = finish_step[num_old:] > 0  # does not finish in step 0
+        num_new_tokens[0] += int(((prompts - 1) * drafts_after).sum())
+    num_admitted = 0 if admit is None else len(admit)
+    num_decode_seqs, num_prefill_seqs, num_prefill_tokens = _prefills(
+        num_seqs, num_admitted, prefill_tokens
+    )
+    return StepBlock(
+        ids=ids,
+        length=length,
+        totals=StepTotals(
+            num_seqs=num_seqs,
+            num_tokens=tokens[cols],
+            num_logit_tokens=logits[cols],
+            kv_read_tokens=kv_read,
+            attention_pairs_x2=pairs_x2,
+        ),
+        work=DraftWork(
+            num_seqs=work[0],
+            num_new_tokens=num_new_tokens,
+            context_tokens=work[2],
+            num_full_accept=work[3],
+            num_proposed=work[4],
+        ),
+        kv_blocks_used=blocks[cols],
+        num_decode_seqs=num_decode_seqs,
+        num_prefill_seqs=num_prefill_seqs,
+        num_prefill_tokens=num_prefill_tokens,
+        num_regular_itl=num_decode_seqs,
+        computed0=computed0,
+        finish_step=finish_step,
+        emitted=emitted,
+        proposed=proposed,
+        accepted=accepted,
+        num_admitted=num_admitted,
+    )
+
+
+#: What :func:`_drafts` returns: per step (over the planned steps) the sequences, logit tokens and
+#: block-table blocks; a function giving the other per-step sums over the first ``length`` steps
+#: (KV read tokens, causal pairs × 2, and the drafting work: sequences, new tokens, context, full
+#: accepts, drafts proposed next); per sequence and step the tokens emitted, drafts proposed and
+#: accepted; each sequence's finishing step.
+Drafts = tuple[
+    tuple[IntArray, IntArray, IntArray],
+    Callable[[int], list[IntArray]],
+    IntArray,
+    IntArray,
+    IntArray,
+    IntArray,
+]
+
+
+def _drafts(
+    s: Scheduler,
+    ids: IntArray,
+    computed0: IntArray,
+    remaining: IntArray,
+    m: int,
+    num_old: int,
+) -> Drafts:
+    """The numpy reference of the stretch arithmetic with drafts over ``m`` steps (see
+    :data:`Drafts`). Rows from ``num_old`` on are admitted in step 0."""
+    r, kv, plan = s.requests, s.kv, s.plan
+    j = np.arange(m)
+    if not len(plan.proposed):
+        proposed_all = accepted = np.zeros((len(ids), m + 1), dtype=np.int64)
+    elif num_old == len(ids):
+        proposed_all, accepted = plan.window(ids, r.num_decode_steps[ids], m + 1)
+    else:
+        # Admitted requests draft from step 1: their plans start one column later.
+        old, admit = ids[:num_old], ids[num_old:]
+        old_proposed, old_accepted = plan.window(old, r.num_decode_steps[old], m + 1)
+        new_proposed, new_accepted = plan.window(admit, np.zeros(len(admit), np.int64), m)
+        pad = np.zeros((len(admit), 1), dtype=np.int64)
+        proposed_all = np.vstack((old_proposed, np.hstack((pad, new_proposed))))
+        accepted = np.vstack((old_accepted, np.hstack((pad, new_accepted))))
+    accepted = accepted[:, :m]
+    raw = accepted + 1
+    cum = np.cumsum(raw, axis=1)
+    before = cum - raw
+    # Emissions only grow: the finishing step is the count of steps still short of the end
+    # (m when the request does not finish within the plan).
+    finish_step = (cum < remaining[:, None]).sum(axis=1)
+    active = j <= finish_step[:, None]
+    drafting = active & (j != finish_step[:, None])
+    # Emissions stop at the request's end: the last step emits what is left.
+    emitted = np.minimum(accepted + 1, remaining[:, None] - before) * active
+    proposed = proposed_all[:, :m] * active
+    accepted = accepted * active
+    computed = computed0[:, None] + before
+    take = ((1 + s.config.extra_tokens_per_decode) + proposed) * active
+    # With computed = prompt - 1 and one token, an admitted request's step 0 holds and reads
+    # exactly its prompt's KV; its token count and causal pairs are corrected after.
+    take[num_old:, 0] = 1
+    if s.config.rollback_policy == "in_place":
+        blocks = (blocks_for(computed + take, kv.block_size) * active).sum(axis=0)
+    else:
+        blocks = (
+            (blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)) * active
+        ).sum(axis=0)
+
+    def rest(length: int) -> list[IntArray]:
+        c = slice(0, length)
+        comp, tk, act, dr, em = (
+            computed[:, c],
+            take[:, c],
+            active[:, c],
+            drafting[:, c],
+            emitted[:, c],
+        )
+        pr, ac = proposed[:, c], accepted[:, c]
+        return [
+            ((comp + tk) * act).sum(axis=0),
+            (tk * (2 * comp + tk + 1)).sum(axis=0),
+            dr.sum(axis=0),
+            (em * dr).sum(axis=0),
+            ((comp + em) * dr).sum(axis=0),
+            (dr & (pr > 0) & (ac == pr)).sum(axis=0),
+            (proposed_all[:, 1 : length + 1] * dr).sum(axis=0),
+        ]
+
+    first = (active.sum(axis=0), take.sum(axis=0), blocks)
+    return first, rest, emitted, proposed, accepted, finish_step
+
+
+def _drafts_compiled(
+    kernel: Callable[..., None],
+    s: Scheduler,
+    ids: IntArray,
+    computed0: IntArray,
+    remaining: IntArray,
+    m: int,
+    num_old: int,
+) -> Drafts:
+    """:func:`_drafts` by the compiled pass of :mod:`sim.engine.stretch_kernel`."""
+    r, plan = s.requests, s.plan
+    if len(plan.proposed):
+        plan_proposed, plan_accepted = plan._padded()
+        start = plan.offsets[ids].copy()
+        start[:num_old] += r.num_decode_steps[ids[:num_old]]
+        end = plan.offsets[ids + 1]
+    else:
+        plan_proposed = plan_accepted = np.zeros(1, dtype=np.int64)
+        start = end = np.zeros(len(ids), dtype=np.int64)
+    shift = np.zeros(len(ids), dtype=np.int64)
+    shift[num_old:] = 1
+    steps_out = np.zeros((10, m), dtype=np.int64)
+    emitted = np.zeros((len(ids), m), dtype=np.int64)
+    proposed = np.zeros((len(ids), m), dtype=np.int64)
+    accepted = np.zeros((len(ids), m), dtype=np.int64)
+    finish_step = np.zeros(len(ids), dtype=np.int64)
+    kernel(
+        plan_proposed,
+        plan_accepted,
+        start,
+        end,
+        shift,
+        computed0,
+        remaining,
+        m,
+        1 + s.config.extra_tokens_per_decode,
+        num_old,
+        s.kv.block_size,
+        s.config.rollback_policy == "in_place",
+        steps_out,
+        emitted,
+        proposed,
+        accepted,
+        finish_step,
+    )
+
+    def rest(length: int) -> list[IntArray]:
+        return [steps_out[row, :length] for row in (2, 3, 5, 6, 7, 8, 9)]
+
+    first = (steps_out[0], steps_out[1], steps_out[4])
+    return first, rest, emitted, proposed, accepted, finish_step
+
+
+def _prefills(
+    num_seqs: IntArray, num_admitted: int, prefill_tokens: int
+) -> tuple[IntArray, IntArray, IntArray]:
+    """A stretch's decoding sequences, prefilling sequences and prefill tokens per step: every
+    sequence decodes, except the admitted ones in step 0 (every decode emitted in the step
+    before, so these are also its regular inter-token gaps)."""
+    zeros = np.zeros(len(num_seqs), dtype=np.int64)
+    if not num_admitted:
+        return num_seqs, zeros, zeros
+    num_decode_seqs = num_seqs.copy()
+    num_decode_seqs[0] -= num_admitted
+    num_prefill_seqs = zeros.copy()
+    num_prefill_seqs[0] = num_admitted
+    zeros[0] = prefill_tokens
+    return num_decode_seqs, num_prefill_seqs, zeros
+
+
+def _steps_that_fit(
+    s: Scheduler,
+    ids: IntArray,
+    tokens: IntArray,
+    blocks: IntArray,
+    num_seqs: IntArray,
+    finish_step: IntArray,
+    m: int,
+    through_finishes: bool,
+    head: int | None,
+) -> int:
+    """Planned steps to keep: none from the first that exceeds the token budget or the blocks
+    the running sequences can hold, or that would admit the waiting ``head``, and none after the
+    first (or, through finishes, the last) completion."""
+    kv = s.kv
+    # Room without evicting a cached block (stepping takes steps that evict, in order).
+    capacity = kv.room_without_eviction(ids)
+    ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
+    if head is not None:
+        # The head waits while the running sequences (those not finished yet) leave it no room.
+        ok &= ~s.head_admissible(head, tokens, blocks, num_seqs)
+    length = m if ok.all() else int(np.argmin(ok))
+    last = int(finish_step.max()) if through_finishes else int(finish_step.min())
+    if through_finishes and kv.caching:
+        # A shareable request's end caches its blocks: stop there, to queue them as stepping does.
+        shareable = kv.hash_limit_tokens[ids] > 0
+        if shareable.any():
+            last = min(last, int(finish_step[shareable].min()))
+    return min(length, last + 1)
+
+
+def _plan_plain(
+    s: Scheduler,
+    ids: IntArray,
+    computed0: IntArray,
+    remaining: IntArray,
+    m: int,
+    through_finishes: bool,
+    head: int | None,
+    prompts: IntArray | None = None,
+) -> StepBlock | None:
+    """:func:`plan_stretch` without speculation: each running sequence computes ``take`` tokens
+    and emits one per step until its last, so the aggregates are closed forms in the step index
+    over the sequences still running (only the block counts need the per-sequence matrix).
+    ``prompts``: the prompts of the admitted requests (the last rows), with ``take`` 1: step 0
+    counts each as one token over ``prompt - 1`` computed, corrected below as in
+    :func:`plan_stretch`."""
+    kv = s.kv
+    take = 1 + s.config.extra_tokens_per_decode
+    j = np.arange(m)
+    finish_step = remaining - 1
+    # Sequences still running at step j, and the sum of their starting lengths (via the order of
+    # their finishing steps).
+    order = np.argsort(finish_step, kind="stable")
+    finished_before = np.searchsorted(finish_step[order], j, side="left")
+    num_seqs = len(ids) - finished_before
+    c0_sorted = np.concatenate(([0], np.cumsum(computed0[order])))
+    context = (c0_sorted[-1] - c0_sorted[finished_before]) + num_seqs * j
+    active = j <= finish_step[:, None]
+    if s.config.rollback_policy == "in_place" or take == 1:
+        blocks = (blocks_for(computed0[:, None] + (j + take), kv.block_size) * active).sum(axis=0)
+    else:
+        blocks = (blocks_for(computed0[:, None] + (j + 1), kv.block_size) * active).sum(
+            axis=0
+        ) + num_seqs * int(blocks_for(take - 1, kv.block_size))
+    logits = num_seqs * take
+    tokens = logits
+    num_admitted = prefill_tokens = 0
+    if prompts is not None:
+        num_admitted, prefill_tokens = len(prompts), int(prompts.sum())
+        tokens = logits.copy()
+        tokens[0] += prefill_tokens - num_admitted
+    blocks = kv.pool_blocks(ids, blocks, active)
+    length = _steps_that_fit(
+        s, ids, tokens, blocks, num_seqs, finish_step, m, through_finishes, head
+    )
+    if length == 0:
+        return None
+    cols = slice(0, length)
+    num_seqs, context, logits = num_seqs[cols], context[cols], logits[cols]
+    pairs_x2 = 2 * take * context + num_seqs * take * (take + 1)
+    if prompts is not None:
+        # A whole prompt of P tokens is P·(P+1)/2 causal pairs, counted above as P.
+        pairs_x2[0] += int((prompts * (prompts + 1) - 2 * prompts).sum())
+    num_decode_seqs, num_prefill_seqs, num_prefill_tokens = _prefills(
+        num_seqs, num_admitted, prefill_tokens
+    )
+    return StepBlock(
+        ids=ids,
+        length=length,
+        totals=StepTotals(
+            num_seqs=num_seqs,
+            num_tokens=tokens[cols],
+            num_logit_tokens=logits,
+            kv_read_tokens=context + logits,
+            attention_pairs_x2=pairs_x2,
+        ),
+        work=no_draft_work(length),
+        kv_blocks_used=blocks[cols],
+        num_decode_seqs=num_decode_seqs,
+        num_prefill_seqs=num_prefill_seqs,
+        num_prefill_tokens=num_prefill_tokens,
+        num_regular_itl=num_decode_seqs,
+        computed0=computed0,
+        finish_step=finish_step,
+        num_admitted=num_admitted,
+    )
