@@ -133,7 +133,7 @@ def run(
     bench: BenchOptions,
 ) -> None:
     """Run one scenario, print its summary and write its results (summary.json, requests.csv,
-    steps.csv, vllm_bench.json, scenario.resolved.yaml)."""
+    steps.parquet, vllm_bench.json, scenario.resolved.yaml)."""
     from reports.commands import load_document
     from sim.output import fresh_results_dir
     from sim.report_text import summary_table
