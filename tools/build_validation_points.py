@@ -146,10 +146,11 @@ def host_fit_of(row: dict[str, str]) -> str:
 
 
 #: The source's benchmark harness per concurrency c (ai-dynamo/aiconfigurator @ 095f58a51c,
-#: src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2 and
-#: src/aiconfigurator/generator/sflow.py): ``aiperf profile --concurrency c --num-requests
-#: c*MULTI_ROUND`` with MULTI_ROUND 20 by default, after ``--warmup-request-count 2*c`` that aiperf
-#: leaves out of its statistics; random synthetic prompts, ignore_eos, fixed lengths. Its
+#: src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2):
+#: ``aiperf profile --concurrency c --num-requests c*MULTI_ROUND`` with MULTI_ROUND 20 by default,
+#: after ``--warmup-request-count 2*c`` that aiperf leaves out of its statistics; random synthetic
+#: prompts, ignore_eos, fixed lengths. Its sflow variant (src/aiconfigurator/generator/sflow.py)
+#: measures the same c*20 after a warm-up of c requests; the template's 2*c is used. Its
 #: deployment guide (docs/dynamo_deployment_guide.md, since 2025-10) gives the reason: many
 #: requests per client "to reduce the impact of first batch of requests", and prefix cache reuse
 #: deliberately disabled. The silicon rows do not record their own request counts.
