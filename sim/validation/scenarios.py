@@ -142,11 +142,10 @@ def build_scenario(point: ValidationPoint, method: str | None = None) -> Scenari
     if point.arrival != "trace":
         workload["prompt_tokens"] = {"distribution": "fixed", "value": point.prompt_tokens}
         workload["output_tokens"] = {"distribution": "fixed", "value": point.output_tokens}
-    extra: dict[str, Any] = {}
+    measurement: dict[str, Any] = {"warmup_requests": warmup} if warmup else {}
     if point.arrival in RATE_DRIVEN:
-        extra["measurement"] = {"window": "steady", "warmup_fraction": RATE_DRIVEN_WARMUP}
-    elif warmup:
-        extra["measurement"] = {"warmup_requests": warmup}
+        measurement.update(window="steady", warmup_fraction=RATE_DRIVEN_WARMUP)
+    extra: dict[str, Any] = {"measurement": measurement} if measurement else {}
     return Scenario.model_validate(
         {
             **extra,
