@@ -33,6 +33,23 @@ def test_every_regime_but_batch1_has_points() -> None:
     assert regimes == set(REGIMES) - {"batch-1"}
 
 
+def test_closed_loop_silicon_points_run_as_the_sources_harness_did() -> None:
+    # ai-dynamo/aiconfigurator's benchmark template (bench_run.sh.j2 @ 095f58a51c) runs aiperf at
+    # concurrency c with --num-requests c*20 after --warmup-request-count c*2, which aiperf leaves
+    # out of its statistics; a point that carries a warm-up must say where it comes from.
+    silicon = [p for p in load_points() if p.source_group == "aiconfigurator-silicon"]
+    assert silicon
+    for point in silicon:
+        assert point.arrival == "closed_loop", point.point_id
+        assert point.concurrency is not None
+        assert point.num_requests == 20 * point.concurrency, point.point_id
+        assert point.warmup_requests == 2 * point.concurrency, point.point_id
+        assert "bench_run.sh.j2" in point.notes, point.point_id
+    for point in load_points():
+        if point.warmup_requests:
+            assert "warm-up" in point.notes, point.point_id
+
+
 def test_trace_points_name_a_shipped_trace() -> None:
     for point in load_points():
         if point.arrival == "trace":

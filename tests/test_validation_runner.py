@@ -36,7 +36,10 @@ def test_every_expressible_point_builds_a_scenario_of_its_setup() -> None:
         assert scenario.hardware.gpu == point.gpu
         assert scenario.model == point.model
         assert scenario.speculation.method == point.method
-        assert scenario.workload.num_requests == point.num_requests
+        # The harness's warm-up runs first and stays out of the statistics, as the source's did.
+        warmup = point.warmup_requests or 0
+        assert scenario.workload.num_requests == (point.num_requests or 0) + warmup
+        assert scenario.measurement.warmup_requests == warmup
         arrival = scenario.workload.arrival
         if point.arrival == "closed_loop":
             assert arrival.concurrency == point.concurrency  # type: ignore[union-attr]

@@ -48,6 +48,7 @@ COLUMNS = (
     "max_num_batched_tokens",
     "dataset",
     "num_requests",
+    "warmup_requests",
     "quantity",
     "statistic",
     "measured",
@@ -144,6 +145,25 @@ def host_fit_of(row: dict[str, str]) -> str:
     return "host_cost_fit" if (int(row["isl"]), int(row["osl"])) in shapes else ""
 
 
+#: The source's benchmark harness per concurrency c (ai-dynamo/aiconfigurator @ 095f58a51c,
+#: src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2):
+#: ``aiperf profile --concurrency c --num-requests c*MULTI_ROUND`` with MULTI_ROUND 20 by default,
+#: after ``--warmup-request-count 2*c`` that aiperf leaves out of its statistics; random synthetic
+#: prompts, ignore_eos, fixed lengths. Its sflow variant (src/aiconfigurator/generator/sflow.py)
+#: measures the same c*20 after a warm-up of c requests; the template's 2*c is used. Its
+#: deployment guide (docs/dynamo_deployment_guide.md, since 2025-10) gives the reason: many
+#: requests per client "to reduce the impact of first batch of requests", and prefix cache reuse
+#: deliberately disabled. The silicon rows do not record their own request counts.
+AIC_ROUNDS = 20
+AIC_WARMUP_ROUNDS = 2
+AIC_HARNESS_NOTE = (
+    "requests per run not recorded with the row: the source's aiperf harness simulated "
+    f"({AIC_WARMUP_ROUNDS} x concurrency warm-up left out, then {AIC_ROUNDS} x concurrency "
+    "measured; bench_run.sh.j2 @ 095f58a51c); prefix cache reuse disabled by the source "
+    "(docs/dynamo_deployment_guide.md)"
+)
+
+
 def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
     """TTFT and TPOT of vLLM 0.12.0 and SGLang 0.5.1 serving Qwen3-32B (bf16) on H100, Llama-3.1-70B
     FP8 on H100 and H200, Llama-3.1-8B FP8 on H200 (vLLM 0.12.0, out of sample: a second model
@@ -212,11 +232,12 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
             prompt_tokens=row["isl"],
             output_tokens=row["osl"],
             dataset="random",
-            num_requests=4 * concurrency,
+            num_requests=AIC_ROUNDS * concurrency,
+            warmup_requests=AIC_WARMUP_ROUNDS * concurrency,
             statistic="mean",
             unit="ms",
             source=AIC.format(id=row["id"]),
-            notes=note + "; number of prompts per run not stated: 4 x concurrency simulated",
+            notes=f"{note}; {AIC_HARNESS_NOTE}",
         )
         short = model if model in AIC_MODELS.values() else row["model_path"].split("/")[-1].lower()
         stem = f"aic-{short}-{row['backend']}-{row['isl']}x{row['osl']}-c{concurrency}-tp{tp}"

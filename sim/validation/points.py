@@ -27,6 +27,8 @@ class ValidationPoint:
 
     Count-like setup fields are ``None`` where the source does not state them; ``model`` and
     ``gpu`` are catalogue names where the catalogue has them, else the source's own words.
+    ``num_requests`` counts the requests the source measured; ``warmup_requests`` the requests
+    its harness sent before them and left out of its statistics (``None``: none stated).
     """
 
     point_id: str
@@ -49,6 +51,7 @@ class ValidationPoint:
     max_num_batched_tokens: int | None
     dataset: str
     num_requests: int | None
+    warmup_requests: int | None
     quantity: str
     statistic: str
     measured: float
@@ -73,6 +76,7 @@ _INT_FIELDS = {
     "max_num_seqs",
     "max_num_batched_tokens",
     "num_requests",
+    "warmup_requests",
 }
 _FLOAT_FIELDS = {"rate_per_s", "measured"}
 _REQUIRED = ("point_id", "source_group", "model", "gpu", "quantity", "measured", "unit", "source")

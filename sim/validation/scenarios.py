@@ -12,6 +12,11 @@ would otherwise weigh far more than the source did (the drain alone took 13% off
 throughput of a 5 req/s stage with 5 s requests). The warm-up dropped is the first quarter of the
 arrivals (7.5 s of a 30 s stretch), longer than one request's life in these runs (5-6 s: ~250
 output tokens at ~20 ms), so the node holds its stationary population when measuring starts.
+A point whose source states a warm-up (``warmup_requests``: requests its harness sent first and
+left out of its statistics) runs those requests first and measures the ``num_requests`` after
+them (``measurement.warmup_requests``), in the full window as the harness did; a closed loop's
+first wave, every client's prefill at once, then weighs in the mean as little as it did in the
+source.
 A setup the simulator cannot express yet (FP8 weights, a model or GPU missing from the catalogue,
 a workload the source does not publish) is kept and named, never dropped.
 """
@@ -127,8 +132,9 @@ def build_scenario(point: ValidationPoint, method: str | None = None) -> Scenari
         engine["max_num_seqs"] = point.max_num_seqs
     if point.max_num_batched_tokens is not None:
         engine["max_num_batched_tokens"] = point.max_num_batched_tokens
+    warmup = point.warmup_requests or 0
     workload: dict[str, Any] = {
-        "num_requests": point.num_requests,
+        "num_requests": (point.num_requests or 0) + warmup,
         "arrival": _arrival(point),
         "temperature": 0.0,
         "dataset": point.dataset or None,
@@ -136,9 +142,10 @@ def build_scenario(point: ValidationPoint, method: str | None = None) -> Scenari
     if point.arrival != "trace":
         workload["prompt_tokens"] = {"distribution": "fixed", "value": point.prompt_tokens}
         workload["output_tokens"] = {"distribution": "fixed", "value": point.output_tokens}
-    extra: dict[str, Any] = {}
+    measurement: dict[str, Any] = {"warmup_requests": warmup} if warmup else {}
     if point.arrival in RATE_DRIVEN:
-        extra["measurement"] = {"window": "steady", "warmup_fraction": RATE_DRIVEN_WARMUP}
+        measurement.update(window="steady", warmup_fraction=RATE_DRIVEN_WARMUP)
+    extra: dict[str, Any] = {"measurement": measurement} if measurement else {}
     return Scenario.model_validate(
         {
             **extra,
