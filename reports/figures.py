@@ -92,16 +92,22 @@ def metric_label(key: str) -> str:
 def _plain_log_ticks(axes: Any, which: str) -> None:
     """Label a log axis with plain numbers (20, 50, 100), never powers of ten and never bare.
 
-    Call it after plotting: the ticks depend on the range. Over less than a decade every
-    1..9 multiple is a labelled tick, over up to three decades 1, 2 and 5, above that the
-    decades; so even a short range (8 to 14 ms) carries at least two labels.
+    Call it after plotting: the ticks depend on the range. Within a factor of about 4 (8.5 to
+    17 ms) the ticks are evenly spaced round numbers (10, 12, 14, 16), as on a linear axis, since
+    the 1..9 multiples of a decade would leave only 9 and 10 there; up to 1.2 decades every 1..9
+    multiple is a labelled tick, over up to three decades 1, 2 and 5, above that the decades.
     """
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     axis = axes.xaxis if which == "x" else axes.yaxis
     low, high = axes.get_xlim() if which == "x" else axes.get_ylim()
     decades = np.log10(max(high, 1e-300) / max(low, 1e-300)) if low > 0 else 3.0
     subs: tuple[float, ...] = (1.0,)
+    if decades < 0.6:
+        axis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
+        return
     if decades < 1.2:
         subs = tuple(float(s) for s in range(1, 10))
     elif decades <= 3.0:

@@ -216,6 +216,15 @@ def per_seed_table(rows: list[dict[str, Any]], seeds: list[int]) -> pd.DataFrame
     return pd.DataFrame(out)
 
 
+def _nodes_cell(row: dict[str, Any]) -> str:
+    """A method's node count: verified (``4``), estimated (``~5``) or unknown (``-``)."""
+    if row.get("nodes_needed") is not None:
+        return str(int(row["nodes_needed"]))
+    if row.get("nodes_estimate") is not None:
+        return f"~{int(row['nodes_estimate'])}"
+    return "-"
+
+
 def plan_report(folder: Path) -> Report:
     """The report of a ``plan`` folder. Raise ScenarioError if ``plan.json`` is missing."""
     if not (folder / PLAN_JSON).is_file():
@@ -231,6 +240,9 @@ def plan_report(folder: Path) -> Report:
     ]  # fmt: skip
     table = pd.DataFrame(rows)
     table = table[[c for c in columns if c in table.columns]]
+    if "nodes_needed" in table.columns:
+        # The winner's count is verified by fleet runs; the others are the search's estimate.
+        table["nodes_needed"] = [_nodes_cell(row) for row in rows]
     winner = plan.get("winner")
     slo_text = ", ".join(f"`{term}`" for term in plan.get("slo", []))
     paragraphs = [
