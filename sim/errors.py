@@ -28,5 +28,9 @@ class OutputError(SpecsimError):
     the message says what exists and how to proceed (``--force`` or another path)."""
 
 
-class InvariantError(SpecsimError):
-    """An internal invariant was broken: a bug in specsim, never the user's fault."""
+class InvariantError(RuntimeError):
+    """An internal invariant was broken: a bug in specsim, never the user's fault.
+
+    Deliberately not a :class:`SpecsimError`: the command line reports those as bad input (one
+    line, exit 2) and a probe as "unsupported", which would hide a bug; this one crashes with its
+    traceback."""
