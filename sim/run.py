@@ -17,6 +17,14 @@ import numpy as np
 import simpy
 
 from sim import __version__
+from sim.acceptance.policy import (
+    ADAPTIVE_METHODS,
+    AdaptivePlan,
+    PositionAcceptance,
+    build_policy,
+    check_policy_support,
+    cost_model_step_time,
+)
 from sim.catalogue import Model, get_gpu, get_model
 from sim.cost_model import StepCostModel
 from sim.drafting import Strategy, build_strategy
@@ -273,7 +281,12 @@ def build_simulation(
         strategy.proposal.num_draft_tokens if strategy.proposal is not None else 0
     )
     _check_lengths(workload, model, memory, engine, lookahead)
-    plan = strategy.plan(workload.output_tokens - 1, streams.stream("acceptance"))
+    policy = scenario.speculation.policy
+    plan: StepPlan
+    if policy is None:
+        plan = strategy.plan(workload.output_tokens - 1, streams.stream("acceptance"))
+    else:
+        plan = _adaptive_plan(scenario, strategy, cost_model, workload, streams)
     requests = RequestTable(
         prompt_tokens=workload.prompt_tokens.astype(np.int64).copy(),
         output_tokens=workload.output_tokens.astype(np.int64).copy(),
@@ -304,6 +317,8 @@ def build_simulation(
         kv,
         plan,
     )
+    if isinstance(plan, AdaptivePlan):
+        plan.bind(requests, lambda: len(scheduler.running))
     use_fast = scenario.engine.fast_forward if fast_forward is None else fast_forward
     core = EngineCore(
         scheduler,
@@ -325,6 +340,44 @@ def build_simulation(
         prompt_tokens=requests.prompt_tokens,
     )
     return Simulation(scenario, engine, model, workload, strategy, memory, plan, core, arrivals)
+
+
+def _adaptive_plan(
+    scenario: Scenario,
+    strategy: Strategy,
+    cost_model: StepCostModel,
+    workload: Workload,
+    streams: RandomStreams,
+) -> AdaptivePlan:
+    """The plan through which ``speculation.policy`` chooses k per step (its acceptance drawn
+    per output position from the ``acceptance`` stream, as the fixed plan draws from it).
+    Raise ScenarioError naming the key if the method, proposal or engine rules the policy out."""
+    spec = scenario.speculation
+    assert spec.policy is not None
+    if spec.method not in ADAPTIVE_METHODS or strategy.proposal is None:
+        raise ScenarioError(
+            f"speculation.policy: adaptive k needs a chain method ({', '.join(ADAPTIVE_METHODS)}),"
+            f" got {spec.method!r}"
+        )
+    if strategy.proposal.is_tree or strategy.proposal.tree_widths is not None:
+        raise ScenarioError("speculation.policy: adaptive k covers chains; drop speculation.tree")
+    if not spec.allow_unsupported:
+        preset = get_preset(scenario.engine.preset)
+        check_policy_support(spec.policy.name, preset.draft_support_from, preset.display_name)
+    assert strategy.acceptance is not None
+    k_max = strategy.proposal.num_draft_tokens
+    needed = workload.output_tokens.astype(np.int64) - 1
+    acceptance = PositionAcceptance.from_model(
+        strategy.acceptance, needed, k_max, streams.stream("acceptance")
+    )
+    policy = build_policy(
+        spec.policy.name,
+        spec.policy.params,
+        k_max,
+        len(needed),
+        cost_model_step_time(cost_model, strategy, strategy.extra_tokens_per_decode),
+    )
+    return AdaptivePlan(acceptance, policy, k_max)
 
 
 def _check_lengths(

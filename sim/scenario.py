@@ -133,6 +133,24 @@ class TreeConfig(BaseModel):
         return self
 
 
+class PolicyConfig(BaseModel):
+    """How many drafts each verify step carries, chosen per step (:mod:`sim.acceptance.policy`):
+    ``name`` one of its policies, ``params`` that policy's settings."""
+
+    model_config = _STRICT
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        from sim.acceptance.policy import POLICY_NAMES
+
+        if value not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {value!r}; known: {', '.join(POLICY_NAMES)}")
+        return value
+
+
 class SpeculationConfig(BaseModel):
     """Which drafting strategy, how many tokens it drafts, and how often they are accepted."""
 
@@ -145,6 +163,9 @@ class SpeculationConfig(BaseModel):
     draft_tp: int | None = Field(default=None, ge=1, le=8)
     tree: TreeConfig | None = None
     acceptance: AcceptanceConfig | None = None
+    #: k chosen per step by a policy; absent: ``num_speculative_tokens`` at every step. With a
+    #: policy, ``num_speculative_tokens`` is the most drafts a step may carry.
+    policy: PolicyConfig | None = None
     #: Run a method the chosen engine does not implement (a what-if study; results say so).
     allow_unsupported: bool = False
 
