@@ -41,6 +41,7 @@ Policies and their sources:
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -144,6 +145,8 @@ class SpeculationPolicy(ABC):
     batch_dependent: bool = False
     #: Whether the choice may read where the target will reject (only the oracle).
     clairvoyant: bool = False
+    #: Whether the choice depends on the steps observed so far.
+    learns: bool = False
 
     def __init__(self, k_max: int) -> None:
         self.k_max = int(k_max)
@@ -156,6 +159,12 @@ class SpeculationPolicy(ABC):
         """Steps from now over which :meth:`choose` depends on nothing but the batch size and
         the positions (the stretch planner plans no further)."""
         return HOLDS_FOREVER
+
+    def fork(self) -> SpeculationPolicy | None:
+        """A copy whose learning does not touch this policy, for the stretch planner to play the
+        policy forward over a planned stretch; None if the policy cannot be played forward
+        cheaply (the planner then stops where :meth:`holds_for` says)."""
+        return None
 
     def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:
         """Learn from applied steps: (row × step) drafts proposed and accepted for ``ids``
@@ -230,6 +239,7 @@ class SglangEmaPolicy(SpeculationPolicy):
     and defaults in the module docstring). One choice for the whole batch."""
 
     name = "sglang-ema"
+    learns = True
 
     def __init__(
         self,
@@ -283,6 +293,9 @@ class SglangEmaPolicy(SpeculationPolicy):
         following = w + u * ((max(c, w) - w) // u + 1)
         return following - c
 
+    def fork(self) -> SglangEmaPolicy:
+        return copy.copy(self)  # scalars and a tuple: a shallow copy is independent
+
     def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:
         verifying = proposed > 0
         counts = verifying.sum(axis=0)
@@ -322,19 +335,20 @@ class SglangEmaPolicy(SpeculationPolicy):
         }
 
 
-#: Step time of a verify step for a batch of b sequences each verifying k drafts, with the
-#: batch's context tokens: the cost model's own physics (bound by the run).
-StepTime = Callable[[int, int, int], float]
+#: Step times of a verify step for a batch of b sequences each verifying k = 0..k_max drafts,
+#: with the batch's context tokens (one entry per k): the cost model's own physics.
+StepTime = Callable[[int, int, int], FloatArray]
 
 
 class GoodputPolicy(SpeculationPolicy):
     """SmartSpec-style: every ``update_interval`` steps, the k in 0..k_max maximising the batch's
     expected tokens per second, ``Σ_i E[min(L_i, k+1)] / T(b, k)``, with each sequence's
-    acceptance from an EMA of its observed per-draft rate ``α_i`` (chain: ``E = (1 - α^{k+1}) /
+    acceptance ``α_i`` = EMA of accepted drafts / EMA of tried drafts (chain: ``E = (1 - α^{k+1}) /
     (1 - α)``, Leviathan et al. 2023 eq. 1) and ``T`` the cost model's step time."""
 
     name = "goodput"
     batch_dependent = True
+    learns = True
 
     def __init__(
         self,
@@ -351,7 +365,9 @@ class GoodputPolicy(SpeculationPolicy):
         if not 0.0 < ema_alpha <= 1.0:
             raise ScenarioError("speculation.policy.params.ema_alpha: must be in (0, 1]")
         _check_range("update_interval", update_interval, 1, 1 << 20)
-        self.alpha = np.full(num_requests, float(prior_alpha))
+        # Geometric acceptance: α̂ = accepted / tried drafts (the MLE), each an EMA per request.
+        self.accepted_ema = np.full(num_requests, float(prior_alpha))
+        self.tried_ema = np.ones(num_requests)
         self.prior_alpha = float(prior_alpha)
         self.ema_alpha = float(ema_alpha)
         self.update_interval = int(update_interval)
@@ -366,15 +382,12 @@ class GoodputPolicy(SpeculationPolicy):
         return np.full(len(view.ids), self.current, dtype=np.int64)
 
     def _best_k(self, view: BatchView) -> int:
-        alpha = np.clip(self.alpha[view.ids], 0.0, 0.999)
+        alpha = np.clip(self.accepted_ema[view.ids] / self.tried_ema[view.ids], 0.0, 0.999)
         context = int(view.computed.sum())
-        best, best_rate = 0, -1.0
-        for k in range(self.k_max + 1):
-            tokens = float(np.sum((1.0 - alpha ** (k + 1)) / (1.0 - alpha)))
-            rate = tokens / self.step_time(view.batch_size, k, context)
-            if rate > best_rate:
-                best, best_rate = k, rate
-        return best
+        ks = np.arange(self.k_max + 1)
+        tokens = ((1.0 - alpha[None, :] ** (ks[:, None] + 1)) / (1.0 - alpha[None, :])).sum(axis=1)
+        rate = tokens / self.step_time(view.batch_size, self.k_max, context)
+        return int(np.argmax(rate))  # the smallest k among equals
 
     def holds_for(self) -> int:
         return max(1, self.update_interval - self.since_update)
@@ -383,11 +396,11 @@ class GoodputPolicy(SpeculationPolicy):
         for j in range(proposed.shape[1]):
             p, a = proposed[:, j], accepted[:, j]
             went = p > 0
-            # Per-draft rate of a chain step: accepted of the drafts that were tried.
+            # A chain step tried a + 1 drafts (the last rejected) unless all p were accepted.
             tried = np.minimum(a + 1, p)
-            rate = np.divide(a, tried, out=np.zeros(len(a)), where=tried > 0)
             rows = ids[went]
-            self.alpha[rows] += self.ema_alpha * (rate[went] - self.alpha[rows])
+            self.accepted_ema[rows] += self.ema_alpha * (a[went] - self.accepted_ema[rows])
+            self.tried_ema[rows] += self.ema_alpha * (tried[went] - self.tried_ema[rows])
         self.since_update = min(self.since_update + proposed.shape[1], self.update_interval)
 
     def describe(self) -> dict[str, Any]:
@@ -452,6 +465,11 @@ class AdaptivePlan(StepPlan):
         object.__setattr__(self, "acceptance", acceptance)
         object.__setattr__(self, "policy", policy)
         object.__setattr__(self, "batch_dependent", policy.batch_dependent)
+        # A stretch's admitted rows are planned apart from the others: a policy that reads the
+        # batch or learns from it sees admissions one step at a time.
+        object.__setattr__(
+            self, "stretch_admissions", not (policy.batch_dependent or policy.learns)
+        )
         object.__setattr__(self, "_requests", None)
         object.__setattr__(self, "_batch_size", None)
 
@@ -476,24 +494,68 @@ class AdaptivePlan(StepPlan):
         positions = self._positions(requests)
         view = self._view(requests, positions)
         k = self.policy.choose(view)
-        return k, np.minimum(view.acc_len - 1, k)
+        accepted = np.minimum(view.acc_len - 1, k)
+        assert self._requests is not None
+        ahead = step_index > self._requests.num_decode_steps[requests]
+        if not ahead.any():
+            return k, accepted
+        # Rows asked one step ahead (the drafting after their verify step): their positions
+        # move on by this step's emission, and a learning policy has seen this step.
+        forked = self.policy.fork()
+        policy = self.policy if forked is None else forked
+        if forked is not None:
+            forked.observe(requests, (k * ahead)[:, None], (accepted * ahead)[:, None])
+        after = self._view(requests, positions + (accepted + 1) * ahead)
+        k_next = policy.choose(after)
+        return (
+            np.where(ahead, k_next, k),
+            np.where(ahead, np.minimum(after.acc_len - 1, k_next), accepted),
+        )
 
     def window(
         self, requests: IntArray, step_index: IntArray, num_steps: int
     ) -> tuple[IntArray, IntArray]:
+        """The next ``num_steps`` verify steps of each row, playing the policy forward on a
+        fork (it observes each planned step as the engine will when it applies it)."""
+        assert self._requests is not None
         positions = self._positions(requests)
+        remaining = self._requests.output_tokens[requests] - self._requests.num_emitted[requests]
+        forked = self.policy.fork()
+        policy = self.policy if forked is None else forked
+        values = self.acceptance.values
+        start = self.acceptance.offsets[requests]
+        length = self.acceptance.offsets[requests + 1] - start
+        before = np.zeros(len(requests), dtype=np.int64)
         proposed = np.zeros((len(requests), num_steps), dtype=np.int64)
         accepted = np.zeros((len(requests), num_steps), dtype=np.int64)
-        for j in range(num_steps):
-            view = self._view(requests, positions)
-            k = self.policy.choose(view)
-            a = np.minimum(view.acc_len - 1, k)
-            proposed[:, j] = k
-            accepted[:, j] = a
-            positions = positions + a + 1
+        j = 0
+        while j < num_steps:
+            k = policy.choose(self._view(requests, positions))
+            # Steps over which the choice holds: the planner kept the window within
+            # holds_for() of a policy it cannot play forward; a fork says its own.
+            if policy.clairvoyant:
+                hold = 1
+            elif forked is not None:
+                hold = min(forked.holds_for(), num_steps - j)
+            else:
+                hold = num_steps - j
+            for i in range(j, j + hold):
+                a = np.minimum(values[start + positions % length].astype(np.int64) - 1, k)
+                accepted[:, i] = a
+                positions = positions + a + 1
+            proposed[:, j : j + hold] = k[:, None]
+            if forked is not None:
+                chunk = accepted[:, j : j + hold]
+                emitted = np.cumsum(chunk + 1, axis=1)
+                active = (before[:, None] + emitted - chunk - 1) < remaining[:, None]
+                forked.observe(requests, proposed[:, j : j + hold] * active, chunk * active)
+                before += emitted[:, -1]
+            j += hold
         return proposed, accepted
 
     def holds_for(self) -> int:
+        if self.policy.fork() is not None:
+            return HOLDS_FOREVER  # played forward in :meth:`window`
         return self.policy.holds_for()
 
     def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:
@@ -609,20 +671,20 @@ def cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode:
     from sim.cost_model import StepShape
     from sim.engine.drafter import DraftWork
 
-    def step_time(b: int, k: int, context: int) -> float:
+    def step_time(b: int, k_max: int, context: int) -> FloatArray:
+        k = np.arange(k_max + 1)
         t = 1 + extra_tokens_per_decode + k
         shape = StepShape(
-            num_seqs=np.array([b]),
-            num_tokens=np.array([b * t]),
-            num_logit_tokens=np.array([b * t]),
-            kv_read_tokens=np.array([context + b * t]),
-            attention_pairs=np.array([t * context + b * t * (t + 1) / 2.0]),
+            num_seqs=np.full(k.size, b),
+            num_tokens=b * t,
+            num_logit_tokens=b * t,
+            kv_read_tokens=context + b * t,
+            attention_pairs=t * context + b * t * (t + 1) / 2.0,
         )
         parts = cost_model.breakdown(shape)
-        total = sum(float(parts[key][0]) for key in parts if key != "draft_s")
-        if k > 0:
-            work = DraftWork(*(np.array([v]) for v in (b, b * (k + 1), context, 0, b * k)))
-            total += float(np.asarray(drafter.draft_time_s(work))[0])
-        return total
+        total = sum(np.asarray(parts[key], dtype=np.float64) for key in parts if key != "draft_s")
+        work = DraftWork(np.full(k.size, b), b * (k + 1), np.full(k.size, context), 0 * k, b * k)
+        draft = np.asarray(drafter.draft_time_s(work), dtype=np.float64)
+        return np.asarray(total + np.where(k > 0, draft, 0.0), dtype=np.float64)
 
     return step_time

@@ -203,8 +203,7 @@ class EngineCore:
         (:func:`plan_stretch` checks the token budget and the blocks). None if there are none,
         or if the step is not one the planner can follow."""
         s, r = self.scheduler, self.requests
-        if not self.fast_forward_enabled or not s.waiting or self.plan.batch_dependent:
-            # A policy that reads the batch size decides each admission step on its own.
+        if not self.fast_forward_enabled or not s.waiting or not self.plan.stretch_admissions:
             return None
         running = s.running
         if len(running) and not (

@@ -83,6 +83,8 @@ class StepPlan:
     adaptive = False
     #: Whether the choice depends on the batch size (a stretch then stops at a finish).
     batch_dependent = False
+    #: Whether a stretch may open with admissions (planned apart from the running rows).
+    stretch_admissions = True
 
     def holds_for(self) -> int:
         """Steps over which the plan's answers follow from the positions alone (a fixed plan:
