@@ -2,7 +2,7 @@
 
 The engine knows nothing about how a strategy drafts. Per step it tells the strategy how much
 drafting work the batch implies (:class:`DraftWork`, one entry per step so a fast-forwarded
-segment is costed at once) and adds the returned seconds to the step; per sequence it reads the
+stretch is costed at once) and adds the returned seconds to the step; per sequence it reads the
 acceptance plan drawn up front (how many draft tokens each verify step carries and accepts).
 """
 

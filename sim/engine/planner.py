@@ -88,14 +88,10 @@ def plan_stretch(
     num_old = len(ids) - (0 if admit is None else len(admit))
     kernel = stretch_kernel.compiled() if compiled and not plan.adaptive else None
     if kernel is not None:
-        per_step, emitted, proposed, accepted, finish_step = _drafts_compiled(
-            kernel, s, ids, computed0, remaining, m, num_old
-        )
+        drafts = _drafts_compiled(kernel, s, ids, computed0, remaining, m, num_old)
     else:
-        per_step, emitted, proposed, accepted, finish_step = _drafts(
-            s, ids, computed0, remaining, m, num_old
-        )
-    (num_seqs, logits, kv_read, pairs_x2, blocks, *work) = per_step
+        drafts = _drafts(s, ids, computed0, remaining, m, num_old)
+    (num_seqs, logits, blocks), rest, emitted, proposed, accepted, finish_step = drafts
     tokens = logits
     prefill_tokens = 0
     if admit is not None:
@@ -104,13 +100,16 @@ def plan_stretch(
         tokens[0] += prefill_tokens - len(admit)
     if kv.caching:
         blocks = kv.pool_blocks(ids, blocks, j <= finish_step[:, None])
-    length = _steps_that_fit(s, ids, tokens, blocks, finish_step, m, through_finishes, head)
+    length = _steps_that_fit(
+        s, ids, tokens, blocks, num_seqs, finish_step, m, through_finishes, head
+    )
     if length == 0:
         return None
     cols = slice(0, length)
     emitted, proposed, accepted = emitted[:, cols], proposed[:, cols], accepted[:, cols]
-    num_seqs, pairs_x2 = num_seqs[cols], pairs_x2[cols].copy()
-    num_new_tokens = work[1][cols].copy()
+    kv_read, pairs_x2, *work = rest(length)
+    num_seqs, pairs_x2 = num_seqs[cols], pairs_x2.copy()
+    num_new_tokens = work[1].copy()
     if admit is not None:
         # A whole prompt of P tokens is P·(P+1)/2 causal pairs, counted above as P (one token
         # over P - 1); a drafter catches up on the whole prompt, counted above as one token.
@@ -128,15 +127,15 @@ def plan_stretch(
             num_seqs=num_seqs,
             num_tokens=tokens[cols],
             num_logit_tokens=logits[cols],
-            kv_read_tokens=kv_read[cols],
+            kv_read_tokens=kv_read,
             attention_pairs_x2=pairs_x2,
         ),
         work=DraftWork(
-            num_seqs=work[0][cols],
+            num_seqs=work[0],
             num_new_tokens=num_new_tokens,
-            context_tokens=work[2][cols],
-            num_full_accept=work[3][cols],
-            num_proposed=work[4][cols],
+            context_tokens=work[2],
+            num_full_accept=work[3],
+            num_proposed=work[4],
         ),
         kv_blocks_used=blocks[cols],
         num_decode_seqs=num_decode_seqs,
@@ -152,8 +151,19 @@ def plan_stretch(
     )
 
 
-#: Per-step rows of a stretch's drafting arithmetic (see :func:`_drafts`).
-PerStep = list[IntArray]
+#: What :func:`_drafts` returns: per step (over the planned steps) the sequences, logit tokens and
+#: block-table blocks; a function giving the other per-step sums over the first ``length`` steps
+#: (KV read tokens, causal pairs × 2, and the drafting work: sequences, new tokens, context, full
+#: accepts, drafts proposed next); per sequence and step the tokens emitted, drafts proposed and
+#: accepted; each sequence's finishing step.
+Drafts = tuple[
+    tuple[IntArray, IntArray, IntArray],
+    Callable[[int], list[IntArray]],
+    IntArray,
+    IntArray,
+    IntArray,
+    IntArray,
+]
 
 
 def _drafts(
@@ -163,12 +173,9 @@ def _drafts(
     remaining: IntArray,
     m: int,
     num_old: int,
-) -> tuple[PerStep, IntArray, IntArray, IntArray, IntArray]:
-    """The numpy reference of the stretch arithmetic with drafts, over ``m`` steps: per step
-    the sequences, logit tokens, KV read tokens, causal pairs × 2, block-table blocks, and the
-    drafting work (sequences, new tokens, context, full accepts, drafts proposed next); per
-    sequence and step the tokens emitted, drafts proposed and accepted; each sequence's
-    finishing step. Rows from ``num_old`` on are admitted in step 0."""
+) -> Drafts:
+    """The numpy reference of the stretch arithmetic with drafts over ``m`` steps (see
+    :data:`Drafts`). Rows from ``num_old`` on are admitted in step 0."""
     r, kv, plan = s.requests, s.kv, s.plan
     j = np.arange(m)
     if not len(plan.proposed):
@@ -207,19 +214,29 @@ def _drafts(
         blocks = (
             (blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)) * active
         ).sum(axis=0)
-    per_step = [
-        active.sum(axis=0),
-        take.sum(axis=0),
-        ((computed + take) * active).sum(axis=0),
-        (take * (2 * computed + take + 1)).sum(axis=0),
-        blocks,
-        drafting.sum(axis=0),
-        (emitted * drafting).sum(axis=0),
-        ((computed + emitted) * drafting).sum(axis=0),
-        (drafting & (proposed > 0) & (accepted == proposed)).sum(axis=0),
-        (proposed_all[:, 1 : m + 1] * drafting).sum(axis=0),
-    ]
-    return per_step, emitted, proposed, accepted, finish_step
+
+    def rest(length: int) -> list[IntArray]:
+        c = slice(0, length)
+        comp, tk, act, dr, em = (
+            computed[:, c],
+            take[:, c],
+            active[:, c],
+            drafting[:, c],
+            emitted[:, c],
+        )
+        pr, ac = proposed[:, c], accepted[:, c]
+        return [
+            ((comp + tk) * act).sum(axis=0),
+            (tk * (2 * comp + tk + 1)).sum(axis=0),
+            dr.sum(axis=0),
+            (em * dr).sum(axis=0),
+            ((comp + em) * dr).sum(axis=0),
+            (dr & (pr > 0) & (ac == pr)).sum(axis=0),
+            (proposed_all[:, 1 : length + 1] * dr).sum(axis=0),
+        ]
+
+    first = (active.sum(axis=0), take.sum(axis=0), blocks)
+    return first, rest, emitted, proposed, accepted, finish_step
 
 
 def _drafts_compiled(
@@ -230,7 +247,7 @@ def _drafts_compiled(
     remaining: IntArray,
     m: int,
     num_old: int,
-) -> tuple[PerStep, IntArray, IntArray, IntArray, IntArray]:
+) -> Drafts:
     """:func:`_drafts` by the compiled pass of :mod:`sim.engine.stretch_kernel`."""
     r, plan = s.requests, s.plan
     if len(plan.proposed):
@@ -267,7 +284,12 @@ def _drafts_compiled(
         accepted,
         finish_step,
     )
-    return list(steps_out), emitted, proposed, accepted, finish_step
+
+    def rest(length: int) -> list[IntArray]:
+        return [steps_out[row, :length] for row in (2, 3, 5, 6, 7, 8, 9)]
+
+    first = (steps_out[0], steps_out[1], steps_out[4])
+    return first, rest, emitted, proposed, accepted, finish_step
 
 
 def _prefills(
@@ -292,6 +314,7 @@ def _steps_that_fit(
     ids: IntArray,
     tokens: IntArray,
     blocks: IntArray,
+    num_seqs: IntArray,
     finish_step: IntArray,
     m: int,
     through_finishes: bool,
@@ -305,8 +328,8 @@ def _steps_that_fit(
     capacity = kv.room_without_eviction(ids)
     ok = (tokens <= s.config.max_num_batched_tokens) & (blocks <= capacity)
     if head is not None:
-        # Nothing finishes before the stretch's last step, so every step runs all of ``ids``.
-        ok &= ~s.head_admissible(head, tokens, blocks, len(ids))
+        # The head waits while the running sequences (those not finished yet) leave it no room.
+        ok &= ~s.head_admissible(head, tokens, blocks, num_seqs)
     length = m if ok.all() else int(np.argmin(ok))
     last = int(finish_step.max()) if through_finishes else int(finish_step.min())
     if through_finishes and kv.caching:
@@ -359,7 +382,9 @@ def _plan_plain(
         tokens = logits.copy()
         tokens[0] += prefill_tokens - num_admitted
     blocks = kv.pool_blocks(ids, blocks, active)
-    length = _steps_that_fit(s, ids, tokens, blocks, finish_step, m, through_finishes, head)
+    length = _steps_that_fit(
+        s, ids, tokens, blocks, num_seqs, finish_step, m, through_finishes, head
+    )
     if length == 0:
         return None
     cols = slice(0, length)

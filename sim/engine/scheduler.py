@@ -225,7 +225,7 @@ class Scheduler:
         return k  # short of blocks
 
     def head_admissible(
-        self, head: int, num_tokens: IntArray, used_blocks: IntArray, num_running: int
+        self, head: int, num_tokens: IntArray, used_blocks: IntArray, num_running: IntArray | int
     ) -> NDArray[np.bool_]:
         """Whether :meth:`schedule` would admit the waiting ``head`` (from
         :meth:`predictable_head`) in each of several steps whose ``num_running`` running decodes
