@@ -19,6 +19,7 @@ import simpy
 from sim import __version__
 from sim.acceptance.policy import (
     ADAPTIVE_METHODS,
+    AdaptiveDrafter,
     AdaptivePlan,
     PositionAcceptance,
     build_policy,
@@ -281,12 +282,13 @@ def build_simulation(
         strategy.proposal.num_draft_tokens if strategy.proposal is not None else 0
     )
     _check_lengths(workload, model, memory, engine, lookahead)
-    policy = scenario.speculation.policy
     plan: StepPlan
-    if policy is None:
+    drafter: Strategy | AdaptiveDrafter = strategy
+    if scenario.speculation.policy is None:
         plan = strategy.plan(workload.output_tokens - 1, streams.stream("acceptance"))
     else:
-        plan = _adaptive_plan(scenario, strategy, cost_model, workload, streams)
+        drafter = _adaptive_drafter(scenario, strategy, (model, gpu, cost_model, engine, base_dir))
+        plan = _adaptive_plan(scenario, strategy, drafter, cost_model, workload, streams)
     requests = RequestTable(
         prompt_tokens=workload.prompt_tokens.astype(np.int64).copy(),
         output_tokens=workload.output_tokens.astype(np.int64).copy(),
@@ -323,7 +325,7 @@ def build_simulation(
     core = EngineCore(
         scheduler,
         cost_model,
-        strategy,
+        drafter,
         plan,
         StepRecorder(columns=STEP_RECORDS[step_records]),
         use_fast,
@@ -342,9 +344,27 @@ def build_simulation(
     return Simulation(scenario, engine, model, workload, strategy, memory, plan, core, arrivals)
 
 
+def _adaptive_drafter(
+    scenario: Scenario, strategy: Strategy, node: tuple[Model, Any, StepCostModel, Any, Path]
+) -> AdaptiveDrafter:
+    """The drafting cost of every k up to ``num_speculative_tokens``, each by the strategy
+    built for a chain of that k (a policy may choose any of them)."""
+    model, gpu, cost_model, engine, base_dir = node
+    k_max = scenario.speculation.num_speculative_tokens
+    by_k: dict[int, Strategy] = {k_max: strategy}
+    for k in range(1, k_max):
+        spec = scenario.speculation.model_copy(update={"num_speculative_tokens": k})
+        chain_k = scenario.model_copy(update={"speculation": spec})
+        by_k[k] = build_strategy(
+            chain_k, model, gpu, cost_model, engine.name, base_dir, enforce_support=False
+        )
+    return AdaptiveDrafter(strategy, by_k)
+
+
 def _adaptive_plan(
     scenario: Scenario,
     strategy: Strategy,
+    drafter: AdaptiveDrafter,
     cost_model: StepCostModel,
     workload: Workload,
     streams: RandomStreams,
@@ -375,7 +395,7 @@ def _adaptive_plan(
         spec.policy.params,
         k_max,
         len(needed),
-        cost_model_step_time(cost_model, strategy, strategy.extra_tokens_per_decode),
+        cost_model_step_time(cost_model, drafter, strategy.extra_tokens_per_decode),
     )
     return AdaptivePlan(acceptance, policy, k_max)
 

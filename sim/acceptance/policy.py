@@ -51,7 +51,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sim.acceptance.plan import AcceptanceModel, Proposal
-from sim.engine.drafter import StepPlan
+from sim.engine.drafter import DraftWork, StepPlan
 from sim.errors import ScenarioError
 
 IntArray = NDArray[np.int64]
@@ -446,6 +446,7 @@ class AdaptivePlan(StepPlan):
     adaptive = True
     acceptance: PositionAcceptance
     policy: SpeculationPolicy
+    k_max: int
     _requests: Any
     _batch_size: Callable[[], int] | None
 
@@ -464,6 +465,7 @@ class AdaptivePlan(StepPlan):
         )
         object.__setattr__(self, "acceptance", acceptance)
         object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "k_max", int(k_max))
         object.__setattr__(self, "batch_dependent", policy.batch_dependent)
         # A stretch's admitted rows are planned apart from the others: a policy that reads the
         # batch or learns from it sees admissions one step at a time.
@@ -669,7 +671,6 @@ def cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode:
     sequences, each computing ``1 + extra + k`` tokens over ``context`` cached tokens in all,
     plus the drafting of the next step's k drafts."""
     from sim.cost_model import StepShape
-    from sim.engine.drafter import DraftWork
 
     def step_time(b: int, k_max: int, context: int) -> FloatArray:
         k = np.arange(k_max + 1)
@@ -688,3 +689,44 @@ def cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode:
         return np.asarray(total + np.where(k > 0, draft, 0.0), dtype=np.float64)
 
     return step_time
+
+
+class AdaptiveDrafter:
+    """The drafting cost when k changes per step: each step is costed by the strategy built for
+    the k it drafts (``num_proposed / num_seqs``, rounded up: with k differing between the
+    sequences of a step, as under the oracle, the batched drafter runs about as many forwards
+    as its longest chain, which the mean rounded up approaches from below).
+
+    ``by_k`` holds a strategy per k the policy can choose (k >= 1); steps that draft nothing
+    cost nothing, as with the fixed strategy.
+    """
+
+    def __init__(self, strategy: Any, by_k: dict[int, Any]) -> None:
+        self.strategy = strategy
+        self.by_k = by_k
+        self.name = strategy.name
+
+    def draft_time_s(self, work: DraftWork) -> FloatArray:
+        seqs = np.asarray(work.num_seqs, dtype=np.int64)
+        proposed = np.asarray(work.num_proposed, dtype=np.int64)
+        k = -(-proposed // np.maximum(seqs, 1))  # ceil
+        ks = np.unique(k[k > 0])
+        if ks.size <= 1:
+            only = int(ks[0]) if ks.size else max(self.by_k)
+            return np.asarray(self.by_k[only].draft_time_s(work), dtype=np.float64)
+        seconds = np.zeros(len(seqs), dtype=np.float64)
+        fields = (
+            "num_seqs",
+            "num_new_tokens",
+            "context_tokens",
+            "num_full_accept",
+            "num_proposed",
+        )
+        for value in ks.tolist():
+            rows = k == value
+            part = DraftWork(*(np.asarray(getattr(work, name))[rows] for name in fields))
+            seconds[rows] = self.by_k[value].draft_time_s(part)
+        return seconds
+
+    def extra_kv_bytes_per_token(self) -> float:
+        return float(self.strategy.extra_kv_bytes_per_token())
