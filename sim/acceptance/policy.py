@@ -578,10 +578,11 @@ POLICY_SUPPORT: dict[str, tuple[str, ...]] = {
 
 def check_policy_support(name: str, support_table: str, display_name: str) -> None:
     """Raise ScenarioError naming ``speculation.policy.name`` if the engine does not offer it."""
+    from sim.drafting import where_offered
+
     offered = POLICY_SUPPORT.get(support_table, ("fixed",))
     if name not in offered:
-        runs = [table for table, names in POLICY_SUPPORT.items() if name in names]
-        where = f"it runs on {', '.join(runs)}" if runs else "no engine preset implements it"
+        where = where_offered(name, POLICY_SUPPORT)
         raise ScenarioError(
             f"speculation.policy.name: {display_name} does not offer {name!r} ({where}); "
             f"{display_name} offers: {', '.join(offered)} (set speculation.allow_unsupported "

@@ -223,3 +223,21 @@ def test_chain_sampler_is_lossless_when_k_changes_every_step() -> None:
     direct_cells = direct[:, 0] * 6 + direct[:, 1]
     test_pair = homogeneity_test("tokens 1-2", cells, direct_cells, exact_pairs.ravel(), samples)
     assert test_first.p_value > 1e-3 and test_pair.p_value > 1e-3
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"name": "sglang-ema", "params": {"warmup_batches": 2, "update_interval": 3}},
+        {"name": "goodput"},
+        {"name": "oracle"},
+        {"name": "disable-above-batch", "params": {"max_batch_size": 3}},
+    ],
+)
+def test_fast_forward_equals_stepping_for_whole_scenarios(policy: dict[str, Any]) -> None:
+    document = _scenario(policy, num_speculative_tokens=4, allow_unsupported=True)
+    document["engine"] = {"preset": "sglang"}
+    fast, slow = _records(document), _records(document, fast_forward=False)
+    for key in fast:
+        assert np.array_equal(fast[key], slow[key]), key
+    assert len(np.unique(fast["spec_k"][fast["num_decode_seqs"] > 0])) > 1  # k did change
