@@ -3,8 +3,9 @@
 Every change the engine makes to its state goes through one :class:`StepBlock`: a general step
 (whatever the scheduler chose: prefill chunks, decodes, admissions, preemptions) is a block of
 one step, and a stretch of predictable decode steps planned at once (:mod:`sim.engine.planner`)
-is a block of many. A block holds each step's integer aggregates (enough to cost it and to write
-its record) and each sequence's per-step emissions and drafts; :meth:`EngineCore.apply_block
+is a block of many (:func:`general_block` makes the former from the scheduler's batch). A block
+holds each step's integer aggregates (enough to cost it and to write its record) and each
+sequence's per-step emissions and drafts; :meth:`EngineCore.apply_block
 <sim.engine.core.EngineCore.apply_block>` applies its first steps, through the scheduler's and
 the block manager's commands.
 """
@@ -18,6 +19,7 @@ from numpy.typing import NDArray
 
 from sim.cost_model import StepShape
 from sim.engine.drafter import DraftWork
+from sim.engine.scheduler import ScheduledBatch, Scheduler
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
@@ -43,32 +45,11 @@ class StepTotals:
             attention_pairs=self.attention_pairs_x2 / 2.0,
         )
 
-    def then(self, other: StepTotals) -> StepTotals:
-        """These steps followed by ``other``'s."""
-        return StepTotals(
-            np.concatenate((self.num_seqs, other.num_seqs)),
-            np.concatenate((self.num_tokens, other.num_tokens)),
-            np.concatenate((self.num_logit_tokens, other.num_logit_tokens)),
-            np.concatenate((self.kv_read_tokens, other.kv_read_tokens)),
-            np.concatenate((self.attention_pairs_x2, other.attention_pairs_x2)),
-        )
-
 
 def no_draft_work(num_steps: int) -> DraftWork:
     """The drafting work of steps that draft nothing."""
     zeros = np.zeros(num_steps, dtype=np.int64)
     return DraftWork(zeros, zeros, zeros, zeros, zeros)
-
-
-def then_work(a: DraftWork, b: DraftWork) -> DraftWork:
-    """The drafting work of ``a``'s steps followed by ``b``'s."""
-    return DraftWork(
-        np.concatenate((a.num_seqs, b.num_seqs)),
-        np.concatenate((a.num_new_tokens, b.num_new_tokens)),
-        np.concatenate((a.context_tokens, b.context_tokens)),
-        np.concatenate((a.num_full_accept, b.num_full_accept)),
-        np.concatenate((a.num_proposed, b.num_proposed)),
-    )
 
 
 @dataclass(frozen=True)
@@ -120,3 +101,87 @@ class StepBlock:
     def is_general(self) -> bool:
         """Whether the block is one step the scheduler chose (not a planned stretch)."""
         return self.is_decode is not None
+
+
+def general_block(
+    scheduler: Scheduler,
+    batch: ScheduledBatch,
+    num_waiting: int,
+    num_steps: int,
+    speculative: bool,
+) -> StepBlock:
+    """The step ``batch`` the scheduler chose (its blocks granted, its admissions made) as a
+    block of one step; ``num_waiting`` requests were queued when it was scheduled,
+    ``num_steps`` steps ran before it, and ``speculative`` steps draft."""
+    r = scheduler.requests
+    ids, take = batch.ids, batch.num_new_tokens
+    is_dec = batch.is_decode
+    computed = r.num_computed_tokens[ids]
+    known = r.known_tokens(ids)
+    remaining = r.output_tokens[ids] - r.num_emitted[ids]
+    completes = ~is_dec & (computed + take == known)
+    emitted = np.where(is_dec, np.minimum(batch.accepted + 1, remaining), np.where(completes, 1, 0))
+    finishing = (emitted > 0) & (emitted == remaining)
+    drafting = (is_dec | completes) & ~finishing
+    advanced = np.where(is_dec, emitted, take)
+    new_computed = computed + advanced
+
+    num_tokens = int(take.sum())
+    num_decode = int(is_dec.sum())
+    num_decode_tokens = int((take * is_dec).sum())
+    totals = StepTotals(
+        num_seqs=np.array([len(ids)]),
+        num_tokens=np.array([num_tokens]),
+        num_logit_tokens=np.array([num_decode_tokens + int(completes.sum())]),
+        kv_read_tokens=np.array([int(computed.sum()) + num_tokens]),
+        attention_pairs_x2=np.array([(take * (2 * computed + take + 1)).sum()]),
+    )
+    if speculative:
+        work = _draft_work(scheduler, batch, is_dec, emitted, drafting, new_computed)
+    else:
+        work = no_draft_work(1)
+    later = (emitted > 0) & (r.num_emitted[ids] > 0)
+    regular = later & (r.last_emit_step[ids] == num_steps - 1)
+    return StepBlock(
+        ids=ids,
+        length=1,
+        totals=totals,
+        work=work,
+        # Scratch blocks are already out of the free pool.
+        kv_blocks_used=np.array([scheduler.kv.num_used]),
+        num_decode_seqs=np.array([num_decode]),
+        num_prefill_seqs=np.array([len(ids) - num_decode]),
+        num_prefill_tokens=np.array([num_tokens - num_decode_tokens]),
+        num_regular_itl=np.array([int(regular.sum())]),
+        computed0=computed,
+        finish_step=np.where(finishing, 0, 1),
+        emitted=emitted[:, None],
+        proposed=batch.proposed[:, None],
+        accepted=batch.accepted[:, None],
+        advanced=advanced[:, None],
+        is_decode=is_dec[:, None],
+        scratch_blocks=batch.scratch_blocks,
+        num_waiting=np.array([num_waiting]),
+    )
+
+
+def _draft_work(
+    scheduler: Scheduler,
+    batch: ScheduledBatch,
+    is_dec: BoolArray,
+    emitted: IntArray,
+    drafting: BoolArray,
+    new_computed: IntArray,
+) -> DraftWork:
+    """The drafting a general step implies (decodes that go on, prefills that complete)."""
+    ids, take = batch.ids, batch.num_new_tokens
+    r = scheduler.requests
+    next_proposed, _ = scheduler.plan.lookup(ids, r.num_decode_steps[ids] + is_dec)
+    full = drafting & is_dec & (batch.proposed > 0) & (batch.accepted == batch.proposed)
+    return DraftWork(
+        num_seqs=np.array([drafting.sum()]),
+        num_new_tokens=np.array([(np.where(is_dec, emitted, take) * drafting).sum()]),
+        context_tokens=np.array([(new_computed * drafting).sum()]),
+        num_full_accept=np.array([full.sum()]),
+        num_proposed=np.array([(next_proposed * drafting).sum()]),
+    )

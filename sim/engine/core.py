@@ -24,13 +24,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sim.cost_model import StepCostModel
-from sim.engine.block import StepBlock, StepTotals, no_draft_work
+from sim.engine.block import StepBlock, StepTotals, general_block
 from sim.engine.drafter import Drafter, DraftWork, StepPlan
 from sim.engine.kv_cache import BlockManager
 from sim.engine.planner import plan_stretch
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
-from sim.engine.scheduler import ScheduledBatch, Scheduler
+from sim.engine.scheduler import Scheduler
 from sim.errors import InvariantError
 
 IntArray = NDArray[np.int64]
@@ -268,7 +268,7 @@ class EngineCore:
                 f"step at t={self.clock_s}: nothing could be scheduled with "
                 f"{len(self.scheduler.waiting)} waiting and {len(self.scheduler.running)} running"
             )
-        block = self._general_block(batch, num_waiting)
+        block = general_block(self.scheduler, batch, num_waiting, self.num_steps, self.speculative)
         durations, parts = self._durations(block.totals, block.work)
         self.apply_block(block, 1, self._starts(durations), durations, parts)
         if waiting_at is not None and not (block.finish_step == 0).any():
@@ -276,82 +276,6 @@ class EngineCore:
             planned = self.plan_next(next_arrival_at_s, admissions=False)
             if planned is not None and planned.length > 0:
                 self.apply_planned(planned, planned.length, waiting_at)
-
-    def _general_block(self, batch: ScheduledBatch, num_waiting: int) -> StepBlock:
-        """The step the scheduler chose (its blocks granted, its admissions made) as a block."""
-        r = self.requests
-        ids, take = batch.ids, batch.num_new_tokens
-        is_dec = batch.is_decode
-        computed = r.num_computed_tokens[ids]
-        known = r.known_tokens(ids)
-        remaining = r.output_tokens[ids] - r.num_emitted[ids]
-        completes = ~is_dec & (computed + take == known)
-        emitted = np.where(
-            is_dec, np.minimum(batch.accepted + 1, remaining), np.where(completes, 1, 0)
-        )
-        finishing = (emitted > 0) & (emitted == remaining)
-        drafting = (is_dec | completes) & ~finishing
-        advanced = np.where(is_dec, emitted, take)
-        new_computed = computed + advanced
-
-        num_tokens = int(take.sum())
-        num_decode = int(is_dec.sum())
-        num_decode_tokens = int((take * is_dec).sum())
-        totals = StepTotals(
-            num_seqs=np.array([len(ids)]),
-            num_tokens=np.array([num_tokens]),
-            num_logit_tokens=np.array([num_decode_tokens + int(completes.sum())]),
-            kv_read_tokens=np.array([int(computed.sum()) + num_tokens]),
-            attention_pairs_x2=np.array([(take * (2 * computed + take + 1)).sum()]),
-        )
-        if self.speculative:
-            work = self._draft_work(batch, ids, take, is_dec, emitted, drafting, new_computed)
-        else:
-            work = no_draft_work(1)
-        later = (emitted > 0) & (r.num_emitted[ids] > 0)
-        regular = later & (r.last_emit_step[ids] == self.num_steps - 1)
-        return StepBlock(
-            ids=ids,
-            length=1,
-            totals=totals,
-            work=work,
-            # Scratch blocks are already out of the free pool.
-            kv_blocks_used=np.array([self.kv.num_used]),
-            num_decode_seqs=np.array([num_decode]),
-            num_prefill_seqs=np.array([len(ids) - num_decode]),
-            num_prefill_tokens=np.array([num_tokens - num_decode_tokens]),
-            num_regular_itl=np.array([int(regular.sum())]),
-            computed0=computed,
-            finish_step=np.where(finishing, 0, 1),
-            emitted=emitted[:, None],
-            proposed=batch.proposed[:, None],
-            accepted=batch.accepted[:, None],
-            advanced=advanced[:, None],
-            is_decode=is_dec[:, None],
-            scratch_blocks=batch.scratch_blocks,
-            num_waiting=np.array([num_waiting]),
-        )
-
-    def _draft_work(
-        self,
-        batch: ScheduledBatch,
-        ids: IntArray,
-        take: IntArray,
-        is_dec: NDArray[np.bool_],
-        emitted: IntArray,
-        drafting: NDArray[np.bool_],
-        new_computed: IntArray,
-    ) -> DraftWork:
-        """The drafting a general step implies (decodes that go on, prefills that complete)."""
-        next_proposed, _ = self.plan.lookup(ids, self.requests.num_decode_steps[ids] + is_dec)
-        full = drafting & is_dec & (batch.proposed > 0) & (batch.accepted == batch.proposed)
-        return DraftWork(
-            num_seqs=np.array([drafting.sum()]),
-            num_new_tokens=np.array([(np.where(is_dec, emitted, take) * drafting).sum()]),
-            context_tokens=np.array([(new_computed * drafting).sum()]),
-            num_full_accept=np.array([full.sum()]),
-            num_proposed=np.array([(next_proposed * drafting).sum()]),
-        )
 
     # --- applying a block -----------------------------------------------------------------------
     def apply_planned(
