@@ -277,6 +277,9 @@ class Scenario(BaseModel):
             and self.measurement.warmup_requests >= self.workload.num_requests
         ):
             raise ValueError("measurement.warmup_requests must be < workload.num_requests")
+        if self.fleet is not None and self.speculation.policy is not None:
+            # A policy's state is one node's (its batch, its sequences' acceptance).
+            raise ValueError("speculation.policy: adaptive policies run on one node, not a fleet")
         return self
 
 

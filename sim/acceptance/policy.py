@@ -637,7 +637,7 @@ def build_policy(
             return SglangEmaPolicy(k_max, **params)
         if name == "goodput":
             return GoodputPolicy(k_max, num_requests, step_time, **params)
-    except TypeError as error:  # a list where a number belongs, and the like
+    except (TypeError, ValueError) as error:  # a list or a word where a number belongs
         raise ScenarioError(f"speculation.policy.params: {error}") from error
     return OraclePolicy(k_max)
 

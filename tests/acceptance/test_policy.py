@@ -241,3 +241,10 @@ def test_fast_forward_equals_stepping_for_whole_scenarios(policy: dict[str, Any]
     for key in fast:
         assert np.array_equal(fast[key], slow[key]), key
     assert len(np.unique(fast["spec_k"][fast["num_decode_seqs"] > 0])) > 1  # k did change
+
+
+def test_a_fleet_with_a_policy_is_refused() -> None:
+    document = yaml.safe_load((REPO / "scenarios" / "fleet-chat-4x-h100.yaml").read_text())
+    document.setdefault("speculation", {"method": "eagle3"})["policy"] = {"name": "fixed"}
+    with pytest.raises(ScenarioError, match="adaptive policies run on one node"):
+        validate_document(document, "fleet.yaml")
