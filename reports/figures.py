@@ -184,6 +184,16 @@ def steps_timeline(steps: pd.DataFrame, num_blocks: float | None, max_points: in
     ).reset_index(drop=True)
     if num_blocks:
         out["kv_usage"] = out["kv_blocks_used"] / num_blocks
+    if "spec_k" in steps.columns:
+        # The k chosen per step (the most drafts a sequence carried), time average over the
+        # steps that verify (a prefill-only step carries none).
+        verifying = weight * (steps["num_decode_seqs"].to_numpy() > 0)
+        k_sums = (
+            pd.DataFrame({"w": verifying, "wk": verifying * steps["spec_k"].to_numpy(dtype=float)})
+            .groupby(index)[["w", "wk"]]
+            .sum()
+        )
+        out["spec_k"] = (k_sums["wk"] / k_sums["w"].where(k_sums["w"] > 0)).to_numpy()
     return out
 
 
@@ -194,8 +204,11 @@ def timeline_figure(timelines: Mapping[str, pd.DataFrame]) -> Figure:
     """
     if not timelines:
         raise SpecsimError("timeline figure: no step records")
-    figure = _figure(9.0, 3.8)
-    left, right = figure.subplots(1, 2)
+    # A third panel shows the k chosen over time when a run's steps carry it and it varies.
+    varying = any("spec_k" in t.columns and t["spec_k"].nunique() > 1 for t in timelines.values())
+    figure = _figure(13.0 if varying else 9.0, 3.8)
+    panels = list(figure.subplots(1, 3 if varying else 2))
+    left, right = panels[0], panels[1]
     fractional = all("kv_usage" in t.columns for t in timelines.values())
     for index, (name, timeline) in enumerate(timelines.items()):
         kv = timeline["kv_usage"] * 100.0 if fractional else timeline["kv_blocks_used"]
@@ -208,9 +221,13 @@ def timeline_figure(timelines: Mapping[str, pd.DataFrame]) -> Figure:
         }
         left.plot(timeline["time_s"], kv, **style)
         right.plot(timeline["time_s"], timeline["batch_size"], **style)
+        if varying and "spec_k" in timeline.columns:
+            panels[2].plot(timeline["time_s"], timeline["spec_k"], **style)
     left.set_ylabel("KV cache used (% of pool)" if fractional else "KV blocks used")
     right.set_ylabel("batch size (running sequences)")
-    for axes in (left, right):
+    if varying:
+        panels[2].set_ylabel("drafts per step k (time average)")
+    for axes in panels:
         axes.set_xlabel("simulated time (s)")
         axes.grid(alpha=0.3)
         axes.legend(fontsize="small")

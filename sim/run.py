@@ -17,6 +17,15 @@ import numpy as np
 import simpy
 
 from sim import __version__
+from sim.acceptance.policy import (
+    ADAPTIVE_METHODS,
+    AdaptiveDrafter,
+    AdaptivePlan,
+    PositionAcceptance,
+    build_policy,
+    check_policy_support,
+    cost_model_step_time,
+)
 from sim.catalogue import Model, get_gpu, get_model
 from sim.cost_model import StepCostModel
 from sim.drafting import Strategy, build_strategy
@@ -294,7 +303,13 @@ def build_simulation(
         strategy.proposal.num_draft_tokens if strategy.proposal is not None else 0
     )
     _check_lengths(workload, model, memory, engine, lookahead)
-    plan = strategy.plan(workload.output_tokens - 1, streams.stream("acceptance"))
+    plan: StepPlan
+    drafter: Strategy | AdaptiveDrafter = strategy
+    if scenario.speculation.policy is None:
+        plan = strategy.plan(workload.output_tokens - 1, streams.stream("acceptance"))
+    else:
+        drafter = _adaptive_drafter(scenario, strategy, (model, gpu, cost_model, engine, base_dir))
+        plan = _adaptive_plan(scenario, strategy, drafter, cost_model, workload, streams)
     requests = RequestTable(
         prompt_tokens=workload.prompt_tokens.astype(np.int64).copy(),
         output_tokens=workload.output_tokens.astype(np.int64).copy(),
@@ -325,11 +340,13 @@ def build_simulation(
         kv,
         plan,
     )
+    if isinstance(plan, AdaptivePlan):
+        plan.bind(requests, lambda: len(scheduler.running))
     use_fast = scenario.engine.fast_forward if fast_forward is None else fast_forward
     core = EngineCore(
         scheduler,
         cost_model,
-        strategy,
+        drafter,
         plan,
         StepRecorder(columns=STEP_RECORDS[step_records]),
         use_fast,
@@ -346,6 +363,62 @@ def build_simulation(
         prompt_tokens=requests.prompt_tokens,
     )
     return Simulation(scenario, engine, model, workload, strategy, memory, plan, core, arrivals)
+
+
+def _adaptive_drafter(
+    scenario: Scenario, strategy: Strategy, node: tuple[Model, Any, StepCostModel, Any, Path]
+) -> AdaptiveDrafter:
+    """The drafting cost of every k up to ``num_speculative_tokens``, each by the strategy
+    built for a chain of that k (a policy may choose any of them)."""
+    model, gpu, cost_model, engine, base_dir = node
+    k_max = scenario.speculation.num_speculative_tokens
+    by_k: dict[int, Strategy] = {k_max: strategy}
+    for k in range(1, k_max):
+        spec = scenario.speculation.model_copy(update={"num_speculative_tokens": k})
+        chain_k = scenario.model_copy(update={"speculation": spec})
+        by_k[k] = build_strategy(
+            chain_k, model, gpu, cost_model, engine.name, base_dir, enforce_support=False
+        )
+    return AdaptiveDrafter(strategy, by_k)
+
+
+def _adaptive_plan(
+    scenario: Scenario,
+    strategy: Strategy,
+    drafter: AdaptiveDrafter,
+    cost_model: StepCostModel,
+    workload: Workload,
+    streams: RandomStreams,
+) -> AdaptivePlan:
+    """The plan through which ``speculation.policy`` chooses k per step (its acceptance drawn
+    per output position from the ``acceptance`` stream, as the fixed plan draws from it).
+    Raise ScenarioError naming the key if the method, proposal or engine rules the policy out."""
+    spec = scenario.speculation
+    assert spec.policy is not None
+    if spec.method not in ADAPTIVE_METHODS or strategy.proposal is None:
+        raise ScenarioError(
+            f"speculation.policy: adaptive k needs a chain method ({', '.join(ADAPTIVE_METHODS)}),"
+            f" got {spec.method!r}"
+        )
+    if strategy.proposal.is_tree or strategy.proposal.tree_widths is not None:
+        raise ScenarioError("speculation.policy: adaptive k covers chains; drop speculation.tree")
+    if not spec.allow_unsupported:
+        preset = get_preset(scenario.engine.preset)
+        check_policy_support(spec.policy.name, preset.draft_support_from, preset.display_name)
+    assert strategy.acceptance is not None
+    k_max = strategy.proposal.num_draft_tokens
+    needed = workload.output_tokens.astype(np.int64) - 1
+    acceptance = PositionAcceptance.from_model(
+        strategy.acceptance, needed, k_max, streams.stream("acceptance")
+    )
+    policy = build_policy(
+        spec.policy.name,
+        spec.policy.params,
+        k_max,
+        len(needed),
+        cost_model_step_time(cost_model, drafter, strategy.extra_tokens_per_decode),
+    )
+    return AdaptivePlan(acceptance, policy, k_max)
 
 
 def _check_lengths(

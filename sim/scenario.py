@@ -188,6 +188,24 @@ class TreeConfig(BaseModel):
         return self
 
 
+class PolicyConfig(BaseModel):
+    """How many drafts each verify step carries, chosen per step (:mod:`sim.acceptance.policy`):
+    ``name`` one of its policies, ``params`` that policy's settings."""
+
+    model_config = _STRICT
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        from sim.acceptance.policy import POLICY_NAMES
+
+        if value not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {value!r}; known: {', '.join(POLICY_NAMES)}")
+        return value
+
+
 class SpeculationConfig(BaseModel):
     """Which drafting strategy, how many tokens it drafts, and how often they are accepted."""
 
@@ -210,6 +228,9 @@ class SpeculationConfig(BaseModel):
     draft_tp: int | None = Field(default=None, ge=1, le=8)
     tree: TreeConfig | None = None
     acceptance: AcceptanceConfig | None = None
+    #: k chosen per step by a policy; absent: ``num_speculative_tokens`` at every step. With a
+    #: policy, ``num_speculative_tokens`` is the most drafts a step may carry.
+    policy: PolicyConfig | None = None
     #: Run a method the chosen engine does not implement (a what-if study; results say so).
     allow_unsupported: bool = False
 
@@ -340,6 +361,9 @@ class Scenario(BaseModel):
             and self.measurement.warmup_requests >= self.workload.num_requests
         ):
             raise ValueError("measurement.warmup_requests must be < workload.num_requests")
+        if self.fleet is not None and self.speculation.policy is not None:
+            # A policy's state is one node's (its batch, its sequences' acceptance).
+            raise ValueError("speculation.policy: adaptive policies run on one node, not a fleet")
         return self
 
 

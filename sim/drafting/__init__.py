@@ -19,7 +19,7 @@ does not predict what no real engine can run. Sources, per engine:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container, Mapping
 from pathlib import Path
 
 from sim.catalogue import GPU, Model
@@ -137,6 +137,12 @@ def proposal_form(scenario: Scenario) -> str:
     return "static_tree" if spec.tree.shape is not None else "dynamic_tree"
 
 
+def where_offered(name: str, tables: Mapping[str, Container[str]]) -> str:
+    """Which engines' tables hold ``name``, for an error message."""
+    runs = [engine for engine, table in tables.items() if name in table]
+    return f"it runs on {', '.join(runs)}" if runs else "no engine preset implements it"
+
+
 def check_support(scenario: Scenario) -> str:
     """The support level of the scenario's method and proposal form on its engine.
 
@@ -152,8 +158,7 @@ def check_support(scenario: Scenario) -> str:
         raise ScenarioError(f"engine.preset: no drafting support table for {preset!r}")
     name = chosen.display_name
     if method not in engine:
-        runs = [p for p, table in SUPPORT.items() if method in table]
-        where = f"it runs on {', '.join(runs)}" if runs else "no engine preset implements it"
+        where = where_offered(method, SUPPORT)
         raise ScenarioError(
             f"speculation.method: {name} does not support {method!r} ({where}); "
             f"{name} supports: {', '.join(m for m in engine if m != 'none')}"

@@ -207,7 +207,7 @@ class EngineCore:
         (:func:`plan_stretch` checks the token budget and the blocks). None if there are none,
         or if the step is not one the planner can follow."""
         s, r = self.scheduler, self.requests
-        if not self.fast_forward_enabled or not s.waiting:
+        if not self.fast_forward_enabled or not s.waiting or not self.plan.stretch_admissions:
             return None
         running = s.running
         if len(running) and not (
@@ -312,6 +312,7 @@ class EngineCore:
             emitted_per_step: IntArray = block.num_seqs[:length]
             drafted_per_step: IntArray | int = 0
             accepted_per_step: IntArray | int = 0
+            spec_k: IntArray | int = 0
             emits_first = np.ones(len(ids), dtype=bool)
         else:
             assert block.proposed is not None and block.accepted is not None
@@ -320,6 +321,8 @@ class EngineCore:
             emitted_per_row = emitted.sum(axis=1)
             emitted_per_step = emitted.sum(axis=0)
             drafted_per_step, accepted_per_step = proposed.sum(axis=0), accepted.sum(axis=0)
+            spec_k = proposed.max(axis=0, initial=0)
+            self.plan.observe(ids, proposed, accepted)
             r.num_drafted[ids] += proposed.sum(axis=1)
             r.num_accepted[ids] += accepted.sum(axis=1)
             emits_first = emitted[:, 0] > 0
@@ -371,6 +374,7 @@ class EngineCore:
                 "num_prefill_tokens": block.num_prefill_tokens[:length],
                 "num_emitted_tokens": emitted_per_step,
                 "num_draft_tokens": drafted_per_step,
+                "spec_k": spec_k,
                 "num_accepted_tokens": accepted_per_step,
                 "kv_blocks_used": block.kv_blocks_used[:length],
                 "num_waiting": num_waiting,

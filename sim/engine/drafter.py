@@ -79,6 +79,22 @@ class StepPlan:
     proposed: NDArray[np.int16]
     accepted: NDArray[np.int16]
 
+    #: Whether a policy chooses the drafts step by step (:mod:`sim.acceptance.policy`).
+    adaptive = False
+    #: Whether the choice depends on the batch size (a stretch then stops at a finish).
+    batch_dependent = False
+    #: Whether a stretch may open with admissions (planned apart from the running rows).
+    stretch_admissions = True
+
+    def holds_for(self) -> int:
+        """Steps over which the plan's answers follow from the positions alone (a fixed plan:
+        all of them); the stretch planner plans no further."""
+        return 1 << 30
+
+    def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:
+        """Applied steps, (row × step), for a plan that learns from them (a fixed one does
+        not)."""
+
     @staticmethod
     def without_speculation(num_requests: int) -> StepPlan:
         """An empty plan: every request proposes nothing at every step."""

@@ -73,8 +73,10 @@ def plan_stretch(
         remaining = np.concatenate((remaining, r.output_tokens[admit]))
     # Every step emits at least one token per sequence: all have finished within max(remaining)
     # steps, the first within min(remaining); costing more steps would be wasted work.
+    if plan.batch_dependent:
+        through_finishes = False  # a finish changes the batch and so the policy's choice
     horizon = int(remaining.max()) if through_finishes else int(remaining.min())
-    m = min(FAST_FORWARD_CHUNK, horizon)
+    m = min(FAST_FORWARD_CHUNK, horizon, plan.holds_for())
     if next_arrival_at_s < np.inf and last_step_s > 0:
         # Steps vary along a stretch: plan three times the gap / last step, plus sixteen.
         expected = (next_arrival_at_s - clock_s) / last_step_s
@@ -84,7 +86,7 @@ def plan_stretch(
         prompts_or_none = None if admit is None else r.prompt_tokens[admit]
         return _plan_plain(s, ids, computed0, remaining, m, through_finishes, head, prompts_or_none)
     num_old = len(ids) - (0 if admit is None else len(admit))
-    kernel = stretch_kernel.compiled() if compiled else None
+    kernel = stretch_kernel.compiled() if compiled and not plan.adaptive else None
     if kernel is not None:
         drafts = _drafts_compiled(kernel, s, ids, computed0, remaining, m, num_old)
     else:

@@ -28,6 +28,8 @@ STEP_COLUMNS: dict[str, type] = {
     "num_prefill_tokens": np.int32,
     "num_emitted_tokens": np.int32,
     "num_draft_tokens": np.int32,
+    #: The most drafts a sequence of the step proposed: the k a policy chose.
+    "spec_k": np.int32,
     "num_accepted_tokens": np.int32,
     "kv_blocks_used": np.int32,
     "num_waiting": np.int32,
