@@ -642,31 +642,6 @@ def build_policy(
     return OraclePolicy(k_max)
 
 
-def parse_arm_policy(text: str) -> tuple[str, dict[str, Any]]:
-    """A ``specsim compare`` arm's speculation settings: ``eagle3:k=3`` (a fixed k) or
-    ``eagle3:adaptive=sglang-ema`` (a policy with its defaults), returned as the method and the
-    ``speculation`` keys to set. Raise ScenarioError naming the arm if it is malformed."""
-    method, _, rest = text.partition(":")
-    if not method:
-        raise ScenarioError(f"compare arm {text!r}: expected METHOD[:k=N|:adaptive=POLICY]")
-    if not rest:
-        return method, {"method": method}
-    key, _, value = rest.partition("=")
-    if key == "k":
-        try:
-            k = int(value)
-        except ValueError:
-            raise ScenarioError(f"compare arm {text!r}: k must be an integer") from None
-        return method, {"method": method, "num_speculative_tokens": k}
-    if key == "adaptive":
-        if value not in POLICY_NAMES:
-            raise ScenarioError(
-                f"compare arm {text!r}: unknown policy {value!r}; known: {', '.join(POLICY_NAMES)}"
-            )
-        return method, {"method": method, "policy": {"name": value, "params": {}}}
-    raise ScenarioError(f"compare arm {text!r}: expected k=N or adaptive=POLICY after ':'")
-
-
 def cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode: int) -> StepTime:
     """:data:`StepTime` from the run's own cost model and drafter: a verify step of ``b``
     sequences, each computing ``1 + extra + k`` tokens over ``context`` cached tokens in all,

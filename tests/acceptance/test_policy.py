@@ -25,7 +25,6 @@ from sim.acceptance.policy import (
     PositionAcceptance,
     SglangEmaPolicy,
     build_policy,
-    parse_arm_policy,
 )
 from sim.cli import app
 from sim.errors import ScenarioError
@@ -171,18 +170,21 @@ def test_bad_input_is_one_message_and_exit_2(
     assert "Traceback" not in result.output
 
 
-def test_compare_arm_syntax() -> None:
-    assert parse_arm_policy("eagle3:k=3") == (
-        "eagle3",
-        {"method": "eagle3", "num_speculative_tokens": 3},
-    )
-    assert parse_arm_policy("eagle3:adaptive=sglang-ema") == (
-        "eagle3",
-        {"method": "eagle3", "policy": {"name": "sglang-ema", "params": {}}},
-    )
-    for bad in ("eagle3:k=x", "eagle3:adaptive=nope", "eagle3:depth=2", ":k=1"):
-        with pytest.raises(ScenarioError, match="compare arm"):
-            parse_arm_policy(bad)
+def test_compare_arms_set_a_fixed_k_or_a_policy() -> None:
+    """`specsim compare --methods eagle3:k=3,eagle3:adaptive=sglang-ema`: each arm's scenario
+    carries its own k or policy, and a policy name that does not exist is refused."""
+    from reports.comparison import arm_document, parse_arms
+    from sim.scenario import validate_document
+
+    arms, _ = parse_arms("eagle3:k=3,eagle3:adaptive=sglang-ema")
+    fixed, adaptive = (arm_document({"engine": {"preset": "sglang"}}, arm)[0] for arm in arms[1:])
+    assert fixed["speculation"]["num_speculative_tokens"] == 3
+    assert "policy" not in fixed["speculation"]
+    assert adaptive["speculation"]["policy"] == {"name": "sglang-ema"}
+    assert validate_document(adaptive, "t").speculation.policy.name == "sglang-ema"
+    bad = arm_document({}, parse_arms("eagle3:adaptive=nope")[0][1])[0]
+    with pytest.raises(ScenarioError, match="policy"):
+        validate_document(bad, "t")
 
 
 def test_chain_sampler_is_lossless_when_k_changes_every_step() -> None:
