@@ -87,16 +87,6 @@ def method_list(text: str) -> list[str]:
     return methods
 
 
-def parse_methods(text: str) -> tuple[list[str], bool]:
-    """As :func:`method_list` with the ``none`` baseline first, and whether it had to be added.
-
-    Raise ScenarioError as :func:`method_list` does.
-    """
-    methods = method_list(text)
-    added = BASELINE not in methods
-    return [BASELINE, *(m for m in methods if m != BASELINE)], added
-
-
 #: Short names of per-arm settings (``draft_model:model=llama-3.2-1b,alpha=0.7``) and the
 #: ``speculation`` key each one sets; any other key is a path under ``speculation``.
 ARM_SHORTCUTS = {

@@ -37,11 +37,6 @@ def _table() -> dict[str, Any]:
     return data
 
 
-def efficiency_gpu_names() -> list[str]:
-    """The GPUs that have an efficiency entry."""
-    return sorted(_table())
-
-
 def load_efficiency(gpu_name: str) -> Efficiency:
     """The fitted or carried-over :class:`Efficiency` of the catalogue GPU ``gpu_name``.
 

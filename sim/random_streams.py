@@ -34,7 +34,3 @@ class RandomStreams:
         """A fresh generator for ``name``; asking twice gives two generators in the same state."""
         sequence = np.random.SeedSequence(entropy=self.seed, spawn_key=(_name_key(name),))
         return np.random.Generator(np.random.PCG64(sequence))
-
-    def seed_sequence(self, name: str) -> np.random.SeedSequence:
-        """The seed sequence behind :meth:`stream`, for code that spawns children of its own."""
-        return np.random.SeedSequence(entropy=self.seed, spawn_key=(_name_key(name),))

@@ -61,13 +61,6 @@ def requests_frame(result: ScenarioResult) -> pd.DataFrame:
     return frame
 
 
-def steps_frame(result: ScenarioResult) -> pd.DataFrame:
-    """One row per engine step."""
-    frame = pd.DataFrame(result.steps)
-    frame.insert(0, "step", range(len(frame)))
-    return frame
-
-
 def steps_file_name() -> str:
     """``steps.parquet`` when pyarrow is installed, else ``steps.csv``."""
     try:

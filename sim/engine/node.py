@@ -175,12 +175,6 @@ class ArrivalSchedule:
                 request = self._starts.pop()
                 self._issue(self._due(request, seen_at + self.think_time_s), request)
 
-    def exhausted(self) -> bool:
-        """True when every request has been released."""
-        if self._open:
-            return self._next >= len(self._times)
-        return self._issued >= self.num_requests and not self._heap
-
 
 class ServingNode:
     """Runs an :class:`EngineCore` against an :class:`ArrivalSchedule` in a SimPy environment."""

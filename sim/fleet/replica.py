@@ -95,10 +95,6 @@ class RoutedArrivals:
         """How many routed arrivals have been released."""
         return self._next
 
-    def exhausted(self) -> bool:
-        """True when every routed arrival has been released."""
-        return self._next >= len(self._times)
-
 
 @dataclass
 class PendingPlan:

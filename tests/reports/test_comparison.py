@@ -12,19 +12,10 @@ import typer
 from typer.testing import CliRunner
 
 import reports.comparison as comparison
-from reports.comparison import method_document, parse_methods
+from reports.comparison import method_document
 from sim.errors import ScenarioError
 
 SMALL = ["--set", "workload.num_requests=60"]
-
-
-def test_parse_methods_puts_the_baseline_first_and_says_when_it_added_it() -> None:
-    assert parse_methods("eagle3, ngram,eagle3") == (["none", "eagle3", "ngram"], True)
-    assert parse_methods("ngram,none") == (["none", "ngram"], False)
-    with pytest.raises(ScenarioError, match="'eagle9'"):
-        parse_methods("none,eagle9")
-    with pytest.raises(ScenarioError, match="no method"):
-        parse_methods(" , ")
 
 
 def _document(**speculation: Any) -> dict[str, Any]:
