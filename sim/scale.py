@@ -31,9 +31,11 @@ from sim.scenario import Scenario
 WARN_BYTES = 1e9
 WARN_SECONDS = 600.0
 #: Wall time per engine step of a ``specsim run``, measured by benchmarks/bench_scale.py on the
-#: default scenario (2 shared cores, start-up and writing included: 17.6 us per step at 100,000
-#: requests, 20.1 us at 10,000). A coarse ETA: the step count it multiplies is an upper bound.
-WALL_S_PER_STEP = 1.8e-5
+#: default scenario (2 cores, start-up and writing included, the per-request part below taken
+#: out: 9.4-9.7 us per step at 10,000 requests, 6.9-7.1 us at 100,000 and 1,000,000), rounded
+#: up to the slowest. A coarse ETA: the step count it multiplies is an upper bound (1.8x the
+#: steps the default scenario takes).
+WALL_S_PER_STEP = 1.0e-5
 #: Wall time per request for building the workload and summarising (same benchmark).
 WALL_S_PER_REQUEST = 2e-5
 

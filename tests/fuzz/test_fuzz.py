@@ -133,8 +133,16 @@ def _finite_stats(summary: dict[str, Any], key: str) -> list[float]:
 def metric_problems(summary: dict[str, Any], requests: dict[str, np.ndarray], n: int) -> list[str]:
     """What is non-finite or impossible in a finished run's summary (empty when all is well)."""
     problems = []
-    if summary.get("num_completed") != n:
-        problems.append(f"{summary.get('num_completed')} of {n} requests completed")
+    # Every request must finish; the summary counts the measured ones (warm-up requests and a
+    # steady window's trimmed ends are left out), and every measured request must be completed.
+    finished = np.isfinite(np.asarray(requests["finished_at_s"], dtype=np.float64))
+    if len(finished) != n or not finished.all():
+        problems.append(f"{int(finished.sum())} of {n} requests finished")
+    if summary.get("num_completed") != summary.get("num_requests"):
+        problems.append(
+            f"{summary.get('num_completed')} of {summary.get('num_requests')} measured requests "
+            "completed"
+        )
     for key in ("sim_duration_s", "output_throughput_tok_s", "request_throughput_req_s"):
         value = summary.get(key)
         if value is None or not math.isfinite(value) or value <= 0:
