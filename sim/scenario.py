@@ -30,8 +30,8 @@ from sim.workload.config import MAX_REQUESTS, MAX_TOKENS
 
 _STRICT = SCHEMA_CONFIG
 
-#: Drafting strategies a scenario can name (``speculation.method``).
-METHODS = (
+#: Drafting strategies a scenario can name (``speculation.method``): the type, and its values.
+MethodName = Literal[
     "none",
     "draft_model",
     "ngram",
@@ -43,7 +43,8 @@ METHODS = (
     "lookahead",
     "suffix",
     "p_eagle",
-)
+]
+METHODS: tuple[str, ...] = typing.get_args(MethodName)
 #: Host overheads (per step, sequence, layer, token; front-end terms) above one second are refused:
 #: the presets and fits hold 1e-6 to 1e-2 s (sim/data/host_costs.yaml), so a second is a unit
 #: mistake, and 1e308 s would make every duration infinite.
@@ -210,19 +211,7 @@ class SpeculationConfig(BaseModel):
     """Which drafting strategy, how many tokens it drafts, and how often they are accepted."""
 
     model_config = _STRICT
-    method: Literal[
-        "none",
-        "draft_model",
-        "ngram",
-        "medusa",
-        "eagle",
-        "eagle2",
-        "eagle3",
-        "mtp",
-        "lookahead",
-        "suffix",
-        "p_eagle",
-    ] = "none"
+    method: MethodName = "none"
     num_speculative_tokens: int = Field(default=3, ge=1, le=32)
     draft_model: str | ModelSpec | None = None
     draft_tp: int | None = Field(default=None, ge=1, le=8)
