@@ -399,6 +399,17 @@ class EngineCore:
         self.finish(ids[finish_step == length - 1], self.clock_s)
         self._check()
 
+    def resume_prefilled(self, ids: IntArray, first_token_at_s: FloatArray) -> None:
+        """Take over requests ``ids`` whose prompts another engine prefilled (a disaggregated
+        prefill replica): the prompt's KV and the first token, emitted at ``first_token_at_s``,
+        arrive together, so decoding goes on from the first token (a one-token step computes its
+        KV and emits the second). Call it before the requests are scheduled."""
+        r = self.requests
+        r.num_emitted[ids] = 1
+        r.num_computed_tokens[ids] = r.prompt_tokens[ids]
+        r.first_token_at_s[ids] = first_token_at_s
+        r.last_emit_at_s[ids] = first_token_at_s
+
     def finish(self, ids: IntArray, end: float) -> None:
         """Retire the requests ``ids`` that emitted their last token in a step ending at ``end``."""
         if len(ids) == 0:

@@ -120,13 +120,7 @@ def build_disaggregated(
             progress(done_here)
 
     def on_decode_release(core: EngineCore, ids: IntArray) -> None:
-        # The prompt's KV and the first token arrive together: decode goes on from there (a
-        # one-token step computes the first token's KV and emits the second).
-        r = core.requests
-        r.num_emitted[ids] = 1
-        r.num_computed_tokens[ids] = r.prompt_tokens[ids]
-        r.first_token_at_s[ids] = first_token_at_s[ids]
-        r.last_emit_at_s[ids] = first_token_at_s[ids]
+        core.resume_prefilled(ids, first_token_at_s[ids])
 
     add_replicas(
         env,
