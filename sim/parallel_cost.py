@@ -33,6 +33,7 @@ from numpy.typing import ArrayLike, NDArray
 from sim.catalogue import BF16_BYTES, GPU, Model
 from sim.cost_model import Efficiency, body_peak_flops, smooth_max
 from sim.kernels import experts_touched
+from sim.linear_attention import state_s_per_seq
 from sim.moe import grouped_gemm_layer
 from sim.parallel import (
     COMBINE_BYTES_PER_ELEMENT,
@@ -78,6 +79,8 @@ class ParallelStepCost:
         self._window = float(spec.sliding_window or 0)
         self._pair_s = model.attention_flops_per_pair / (tp * dp) / bf16_flops
         self._prefill_pair_s = model.prefill_attention_flops_per_pair / (tp * dp) / bf16_flops
+        # Linear-attention state of the group's B/dp sequences (sim/linear_attention.py).
+        self._state_s = state_s_per_seq(model, bw, tp) / dp
         # Communication.
         moe_allreduces = self._moe_layers if layout.ep == 1 else 0
         self._num_allreduces = spec.num_layers + model.num_dense_mlp_layers + moe_allreduces
@@ -127,7 +130,7 @@ class ParallelStepCost:
         b = np.asarray(num_seqs, dtype=np.float64)
         pair_s = np.where(np.asarray(decode_only), self._pair_s, self._prefill_pair_s)
         read = self._kv_s * kv + self._window_kv_s * np.minimum(kv, b * self._window)
-        return np.maximum(read, pair_s * pairs)
+        return np.maximum(read, pair_s * pairs) + self._state_s * b
 
     def comm_s(self, num_tokens: ArrayLike) -> FloatArray:
         """All-reduces within the attention group and the MoE dispatch/combine."""

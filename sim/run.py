@@ -44,6 +44,7 @@ from sim.engine.scheduler import Scheduler, SchedulerConfig
 from sim.errors import CatalogueError, ScenarioError
 from sim.hf_config import resolve_model
 from sim.host_costs import HostProfile, load_host_profile
+from sim.linear_attention import state_reserve_bytes
 from sim.metrics import summarize
 from sim.parallel import Layout, window_kv_reserve_bytes
 from sim.pipeline import (
@@ -312,7 +313,8 @@ def build_simulation(
         engine.max_num_batched_tokens,
         engine.max_num_seqs,
         engine.reserved_memory_bytes
-        + window_kv_reserve_bytes(memory_model, layout, engine.max_num_seqs),
+        + window_kv_reserve_bytes(memory_model, layout, engine.max_num_seqs)
+        + state_reserve_bytes(memory_model, tp, layout.dp, engine.max_num_seqs),
         extra_weight_bytes=strategy.weight_bytes_per_gpu(),
         extra_kv_bytes_per_token=strategy.extra_kv_bytes_per_token(),
         weight_bytes_per_gpu=(
