@@ -23,6 +23,11 @@ layer as the model's reference implementation (Hugging Face ``transformers``) bu
   layer (Llama-4 ``interleave_moe_layer_step``) have a dense MLP of ``3·H·I`` instead.
 * **Sliding-window layers** (gpt-oss: every other layer attends to the last 128 tokens) keep and
   read at most ``window`` tokens per sequence.
+* **Gated attention and Gated DeltaNet** (Qwen3-Next): the full-attention layers' ``q_proj`` also
+  yields a per-head output gate (``2·n_h·d`` outputs); the linear-attention layers' token mixer is
+  priced by :mod:`sim.linear_attention` and keeps a per-sequence state instead of KV. The
+  per-layer ``attention`` count is then the mean over the model's layers of both kinds (exact
+  totals: ``L`` times it is the sum; it must divide, and does for Qwen3-Next).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.errors import CatalogueError
+from sim.linear_attention import gdn_layer_params, gdn_state_elements
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ class LayerCounts:
     kv_elements_per_layer: int
     pair_flops_per_layer_decode: int
     pair_flops_per_layer_prefill: int
+    num_linear_layers: int = 0
+    linear_state_elements: int = 0
 
 
 def _need(spec: Any, name: str, key: str) -> int:
@@ -89,7 +97,8 @@ def layer_counts(spec: Any, name: str) -> LayerCounts:
         attention, kv_elements, decode, prefill = _mla(spec, name)
     else:
         q_out, kv_out = nh * hd, nkv * hd
-        attention = h * q_out + 2 * h * kv_out + q_out * h
+        gate = q_out if spec.attention_output_gate else 0
+        attention = h * (q_out + gate) + 2 * h * kv_out + q_out * h
         if spec.qkv_bias:
             attention += q_out + 2 * kv_out
         if spec.qk_norm:
@@ -121,6 +130,22 @@ def layer_counts(spec: Any, name: str) -> LayerCounts:
             f"model {name}: num_sliding_window_layers {window_layers} must leave a full-attention "
             f"layer of {spec.num_layers}"
         )
+    linear = spec.num_linear_attention_layers
+    state = 0
+    if linear:
+        if linear + window_layers >= spec.num_layers:
+            raise CatalogueError(
+                f"model {name}: num_linear_attention_layers {linear} must leave a full-attention "
+                f"layer of {spec.num_layers}"
+            )
+        total = (spec.num_layers - linear) * attention + linear * gdn_layer_params(spec)
+        if total % spec.num_layers:
+            raise CatalogueError(
+                f"model {name}: its {linear} linear-attention layers' parameters do not average "
+                f"to a whole number per layer over {spec.num_layers} layers"
+            )
+        attention = total // spec.num_layers
+        state = gdn_state_elements(spec)
     return LayerCounts(
         attention=attention,
         dense_mlp=3 * h * spec.intermediate_size,
@@ -132,4 +157,6 @@ def layer_counts(spec: Any, name: str) -> LayerCounts:
         kv_elements_per_layer=kv_elements,
         pair_flops_per_layer_decode=decode,
         pair_flops_per_layer_prefill=prefill,
+        num_linear_layers=linear,
+        linear_state_elements=state,
     )

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.architecture import LayerCounts, layer_counts
 from sim.errors import CatalogueError
+from sim.linear_attention import STATE_BYTES_PER_ELEMENT
 from sim.precision import KV_FORMAT_BYTES, WEIGHT_FORMATS, kv_bytes_per_element, weight_format
 
 #: bf16 weights and KV cache: 2 bytes per element.
@@ -127,6 +128,16 @@ class ModelSpec(BaseModel):
     sliding_window: int | None = Field(default=None, gt=0)
     num_sliding_window_layers: int = Field(default=0, ge=0)
     attention_sinks: bool = False
+    #: Gated attention (Qwen3-Next ``attn_output_gate``): q_proj also yields a sigmoid output gate.
+    attention_output_gate: bool = False
+    # Gated DeltaNet linear-attention layers (Qwen3-Next; sim/linear_attention.py): how many, and
+    # their key/value heads, head sizes and causal-convolution width.
+    num_linear_attention_layers: int = Field(default=0, ge=0)
+    linear_num_key_heads: int | None = Field(default=None, gt=0)
+    linear_key_head_dim: int | None = Field(default=None, gt=0)
+    linear_num_value_heads: int | None = Field(default=None, gt=0)
+    linear_value_head_dim: int | None = Field(default=None, gt=0)
+    linear_conv_kernel_dim: int | None = Field(default=None, gt=1)
     #: FP8 checkpoints scaled per square block of this size (config.json ``weight_block_size``).
     fp8_weight_block_size: int | None = Field(default=None, gt=0)
     #: The Hugging Face repository id the architecture comes from (name resolution).
@@ -312,7 +323,20 @@ class Model:
     @property
     def num_full_attention_layers(self) -> int:
         """Layers that attend to (and cache) the whole context."""
-        return self.spec.num_layers - self.counts.num_window_layers
+        return self.spec.num_layers - self.counts.num_window_layers - self.num_linear_layers
+
+    @property
+    def num_linear_layers(self) -> int:
+        """Linear-attention (Gated DeltaNet) layers: a fixed state per sequence, no KV."""
+        return self.counts.num_linear_layers
+
+    @property
+    def linear_state_bytes_per_seq(self) -> float:
+        """Bytes of linear-attention state one sequence keeps over all such layers, unsplit
+        (:mod:`sim.linear_attention`)."""
+        return float(
+            self.num_linear_layers * self.counts.linear_state_elements * STATE_BYTES_PER_ELEMENT
+        )
 
     @property
     def kv_bytes_per_token(self) -> float:

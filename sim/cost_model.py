@@ -28,6 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import GPU, Model
 from sim.host_costs import HostCostModel, HostCosts
+from sim.linear_attention import state_s_per_seq
 from sim.parallel import Layout
 from sim.precision import compute_dtype
 
@@ -205,6 +206,10 @@ class StepCostModel:
         self._window_kv_s_per_token = model.window_kv_bytes_per_token / self._kv_bw
         self._window = float(spec.sliding_window or 0)
         self._prefill_s_per_pair = model.prefill_attention_flops_per_pair / self._flops
+        # Linear-attention layers read and write each sequence's state (sim/linear_attention.py).
+        self._state_s_per_seq = state_s_per_seq(
+            model, efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s, tp
+        )
         # Two all-reduces per layer, each alpha + 2(TP-1)/TP * N*H*2 bytes / busbw (ring).
         self._allreduce_const_s = 2.0 * spec.num_layers * self._allreduce_latency_s
         self._allreduce_s_per_token = (
@@ -313,6 +318,7 @@ class StepCostModel:
             else:
                 allreduce = self.allreduce_s(n)
             sampling = self._sampling_s_per_logit * n_logits
+            attention = attention + self._state_s_per_seq * num_seqs
         forward = linear + attention + allreduce + sampling
         stall = self.host.launch_stall_s(forward, graphed)
         cpu = self.host.cpu_s(num_seqs, n_real, forward + stall, self.speculative, self.cpu_overlap)

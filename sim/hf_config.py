@@ -7,8 +7,11 @@ their MoE variants (``num_local_experts`` Mixtral/gpt-oss, ``num_experts`` Qwen-
 ``moe_intermediate_size``, ``n_shared_experts``, ``shared_expert_intermediate_size``,
 ``first_k_dense_replace``, ``interleave_moe_layer_step``), DeepSeek's MLA (``kv_lora_rank``,
 ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``), gpt-oss's
-``sliding_window`` with ``layer_types``, and MTP modules (``num_nextn_predict_layers``). A
-multimodal config (Llama-4) is read from its ``text_config``.
+``sliding_window`` with ``layer_types``, Qwen3-Next's Gated DeltaNet layers (``layer_types``
+``linear_attention`` or ``full_attention_interval``, ``linear_num_key_heads``,
+``linear_key_head_dim``, ``linear_num_value_heads``, ``linear_value_head_dim``,
+``linear_conv_kernel_dim``) and gated attention, and MTP modules (``num_nextn_predict_layers``).
+A multimodal config (Llama-4) is read from its ``text_config``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,40 @@ def _first(config: dict[str, Any], *keys: str) -> Any:
         if config.get(key) is not None:
             return config[key]
     return None
+
+
+#: Model types whose attention normalises queries and keys (transformers' Qwen3 families).
+QK_NORM_TYPES = ("qwen3", "qwen3_moe", "qwen3_next")
+#: Keys a config with Gated DeltaNet layers must have (transformers ``Qwen3NextConfig``).
+LINEAR_KEYS = (
+    "linear_num_key_heads",
+    "linear_key_head_dim",
+    "linear_num_value_heads",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+)
+
+
+def _linear_attention(c: dict[str, Any], path: Path, layer_types: list[str]) -> dict[str, Any]:
+    """Qwen3-Next's hybrid layers: how many are linear, their geometry, the output gate."""
+    layers = int(c["num_hidden_layers"])
+    if layer_types:
+        linear = sum(1 for t in layer_types if t == "linear_attention")
+    elif c.get("full_attention_interval"):
+        linear = layers - layers // int(c["full_attention_interval"])
+    else:
+        linear = 0
+    gate = bool(c.get("attn_output_gate") or c.get("model_type") == "qwen3_next")
+    if not linear:
+        return {"attention_output_gate": gate}
+    for key in LINEAR_KEYS:
+        if c.get(key) is None:
+            raise CatalogueError(f"model: {path}: config.json has no field {key!r}")
+    return {
+        "attention_output_gate": gate,
+        "num_linear_attention_layers": linear,
+        **{key: c[key] for key in LINEAR_KEYS},
+    }
 
 
 def spec_from_config(path: Path) -> ModelSpec:
@@ -80,7 +117,7 @@ def spec_from_config(path: Path) -> ModelSpec:
         "vocab_size": c["vocab_size"],
         "tied_embeddings": bool(c.get("tie_word_embeddings", False)),
         "qkv_bias": bool(_first(c, "attention_bias", "qkv_bias") or False),
-        "qk_norm": bool(c.get("use_qk_norm") or c.get("model_type") in ("qwen3", "qwen3_moe")),
+        "qk_norm": bool(c.get("use_qk_norm") or c.get("model_type") in QK_NORM_TYPES),
         "max_context_tokens": c.get("max_position_embeddings") or 131072,
         "num_mtp_modules": c.get("num_nextn_predict_layers") or 0,
     }
@@ -117,6 +154,7 @@ def spec_from_config(path: Path) -> ModelSpec:
     if sliding and c.get("sliding_window"):
         fields |= {"sliding_window": c["sliding_window"], "num_sliding_window_layers": sliding}
     fields["attention_sinks"] = c.get("model_type") == "gpt_oss"
+    fields |= _linear_attention(c, path, layer_types)
     block = (document.get("quantization_config") or {}).get("weight_block_size")
     if block:
         fields["fp8_weight_block_size"] = int(block[0])

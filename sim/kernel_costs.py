@@ -124,9 +124,10 @@ class KernelCosts:
         kv_dtype = model.kv_cache_precision
         self._decode: DecodeAttention | None = None
         self._prefill: PrefillAttention | None = None
-        # The measured kernels are FlashAttention's on full-context GQA layers; MLA and
-        # sliding-window layers keep the formula (sim/architecture.py).
-        if spec.attention == "gqa" and spec.sliding_window is None:
+        # The measured kernels are FlashAttention's on full-context GQA layers; MLA,
+        # sliding-window and linear-attention models keep the formula (sim/architecture.py).
+        gqa_only = spec.attention == "gqa" and not spec.num_linear_attention_layers
+        if gqa_only and spec.sliding_window is None:
             self._decode = _optional(decode_attention, gpu.name, kv_dtype)
             self._prefill = _optional(prefill_attention, gpu.name, kv_dtype)
         # Linear layers: FP8 decoder GEMMs and MoE experts from their own fits.

@@ -16,7 +16,11 @@ ONE GPU does with its share, every rank doing the same (balanced DP groups):
 * communication: the attention group's all-reduces (one per layer after attention, one per dense
   MLP, and one per MoE layer without EP) on ``N/dp`` tokens, and with EP the dispatch/combine of
   ``N/W·k·(ep−1)/ep`` rows per GPU (fp8 out, bf16 back) over NVLink within a node and the NIC
-  across nodes, concurrently, each collective paying the link latency once.
+  across nodes, concurrently, each collective paying the link latency once; without EP but
+  with several attention groups, every MoE layer all-gathers the ``N`` tokens' activations
+  over the ``W`` GPUs its experts are split across and reduce-scatters the results back (vLLM's
+  ``allgather_reducescatter`` all2all backend for data parallelism without EP, SGLang's DP
+  attention gather): two ring collectives of ``(W−1)/W·N·H`` bf16 elements per GPU.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from numpy.typing import ArrayLike, NDArray
 from sim.catalogue import BF16_BYTES, GPU, Model
 from sim.cost_model import Efficiency, body_peak_flops, smooth_max
 from sim.kernels import experts_touched
+from sim.linear_attention import state_s_per_seq
 from sim.moe import grouped_gemm_layer
 from sim.parallel import (
     COMBINE_BYTES_PER_ELEMENT,
@@ -74,6 +79,8 @@ class ParallelStepCost:
         self._window = float(spec.sliding_window or 0)
         self._pair_s = model.attention_flops_per_pair / (tp * dp) / bf16_flops
         self._prefill_pair_s = model.prefill_attention_flops_per_pair / (tp * dp) / bf16_flops
+        # Linear-attention state of the group's B/dp sequences (sim/linear_attention.py).
+        self._state_s = state_s_per_seq(model, bw, tp) / dp
         # Communication.
         moe_allreduces = self._moe_layers if layout.ep == 1 else 0
         self._num_allreduces = spec.num_layers + model.num_dense_mlp_layers + moe_allreduces
@@ -84,6 +91,7 @@ class ParallelStepCost:
             / dp
         )
         self._a2a = _AllToAll(model, gpu, layout)
+        self._gather = _DataParallelGather(model, gpu, layout)
         self._sampling_s = spec.vocab_size * 16.0 / bw / dp
 
     def linear_s(self, num_tokens: ArrayLike, num_logit_tokens: ArrayLike) -> FloatArray:
@@ -122,7 +130,7 @@ class ParallelStepCost:
         b = np.asarray(num_seqs, dtype=np.float64)
         pair_s = np.where(np.asarray(decode_only), self._pair_s, self._prefill_pair_s)
         read = self._kv_s * kv + self._window_kv_s * np.minimum(kv, b * self._window)
-        return np.maximum(read, pair_s * pairs)
+        return np.maximum(read, pair_s * pairs) + self._state_s * b
 
     def comm_s(self, num_tokens: ArrayLike) -> FloatArray:
         """All-reduces within the attention group and the MoE dispatch/combine."""
@@ -130,7 +138,8 @@ class ParallelStepCost:
         allreduce = self._num_allreduces * (self._ar_latency + self._ar_s_per_token * n)
         if self.layout.attention_tp == 1:
             allreduce = np.zeros_like(n)
-        return np.asarray(allreduce + self._a2a.time_s(n), dtype=np.float64)
+        moe = self._a2a.time_s(n) + self._gather.time_s(n)
+        return np.asarray(allreduce + moe, dtype=np.float64)
 
     def sampling_s(self, num_logit_tokens: ArrayLike) -> FloatArray:
         """Softmax and sampling over the group's fp32 logit rows."""
@@ -163,3 +172,30 @@ class _AllToAll:
         moved = self._bytes_per_token * n
         transfer = np.maximum(self._local_s * moved, self._remote_s * moved)
         return self._layers * (self._latency + transfer)
+
+
+class _DataParallelGather:
+    """Without EP, the MoE layers of several attention groups: each layer all-gathers the whole
+    batch's ``N·H`` bf16 activations over the ``W`` GPUs and reduce-scatters the expert outputs
+    back, each a ring collective moving ``(W−1)/W·N·H·2`` bytes per GPU (Patarasuk & Yuan
+    2009) at the NVLink bus bandwidth within a node, the NIC across nodes, plus its latency."""
+
+    def __init__(self, model: Model, gpu: GPU, layout: Layout) -> None:
+        world = layout.world
+        self._layers = model.num_moe_layers if layout.ep == 1 and layout.dp > 1 else 0
+        link = (
+            gpu.interconnect_bus_bandwidth_bytes_per_s
+            if layout.num_nodes == 1
+            else gpu.internode_bandwidth_bytes_per_s
+        )
+        per_token = (world - 1) / world * model.spec.hidden_size * BF16_BYTES
+        self._s_per_token = 2.0 * per_token / link
+        latency = gpu.allreduce_latency_at(max(2, min(world, layout.gpus_per_node)))
+        if layout.num_nodes > 1:
+            latency += gpu.internode_latency_s
+        self._latency = 2.0 * latency
+
+    def time_s(self, n: Any) -> FloatArray:
+        if not self._layers:
+            return np.zeros_like(n)
+        return self._layers * (self._latency + self._s_per_token * n)

@@ -44,8 +44,15 @@ from sim.engine.scheduler import Scheduler, SchedulerConfig
 from sim.errors import CatalogueError, ScenarioError
 from sim.hf_config import resolve_model
 from sim.host_costs import HostProfile, load_host_profile
+from sim.linear_attention import state_reserve_bytes
 from sim.metrics import summarize
 from sim.parallel import Layout, window_kv_reserve_bytes
+from sim.pipeline import (
+    PipelineStepCostModel,
+    check_pipeline,
+    stage_model,
+    stage_weight_bytes_per_gpu,
+)
 from sim.precision import compute_dtype
 from sim.profiles import EngineProfile, load_engine_profile
 from sim.random_streams import RandomStreams
@@ -223,7 +230,10 @@ def build_simulation(
         precision.weights, precision.kv_cache
     )
     hw = scenario.hardware
-    layout = Layout(hw.num_gpus, hw.num_nodes, hw.tensor_parallel, hw.expert_parallel)
+    pp = hw.pipeline_parallel
+    check_pipeline(pp, hw.num_nodes, model)
+    # With pipeline parallelism the split below is that of one stage's nodes (sim/pipeline.py).
+    layout = Layout(hw.num_gpus, hw.num_nodes // pp, hw.tensor_parallel, hw.expert_parallel)
     if hw.num_nodes == 1 and hw.tensor_parallel is None and model.spec.num_heads % hw.num_gpus:
         raise ScenarioError(
             f"hardware.num_gpus: {hw.num_gpus} does not divide {model.name}'s "
@@ -257,18 +267,27 @@ def build_simulation(
         host = replace(host, per_layer_overhead_s=float(per_layer))
     if per_token is not None:
         host = replace(host, per_token_overhead_s=float(per_token))
-    cost_model = StepCostModel(
-        model,
-        gpu,
-        tp,
-        efficiency,
-        engine.step_overhead_s,
-        engine.per_sequence_overhead_s,
+    cost_terms: dict[str, Any] = dict(
         host=host,
         speculative=method != "none",
         layout=layout,
         # A profile's fitted efficiency is the user's own hardware: it prices the linear layers.
         measured_linear=fitted is None,
+    )
+    overheads = (efficiency, engine.step_overhead_s, engine.per_sequence_overhead_s)
+    cost_model = (
+        StepCostModel(model, gpu, tp, *overheads, **cost_terms)
+        if pp == 1
+        else PipelineStepCostModel(
+            model,
+            pp,
+            gpu,
+            tp,
+            *overheads,
+            link_bandwidth_bytes_per_s=gpu.internode_bandwidth_bytes_per_s,
+            link_latency_s=gpu.internode_latency_s,
+            **cost_terms,
+        )
     )
     strategy = build_strategy(
         scenario,
@@ -283,18 +302,28 @@ def build_simulation(
             else enforce_support
         ),
     )
+    # A GPU holds one stage's layers and their KV (the heaviest stage: the last).
+    memory_model = model if pp == 1 else stage_model(model, pp)
     memory = plan_memory(
-        model,
+        memory_model,
         gpu,
         tp,
         engine.gpu_memory_utilization,
         engine.block_size,
         engine.max_num_batched_tokens,
         engine.max_num_seqs,
-        engine.reserved_memory_bytes + window_kv_reserve_bytes(model, layout, engine.max_num_seqs),
+        engine.reserved_memory_bytes
+        + window_kv_reserve_bytes(memory_model, layout, engine.max_num_seqs)
+        + state_reserve_bytes(memory_model, tp, layout.dp, engine.max_num_seqs),
         extra_weight_bytes=strategy.weight_bytes_per_gpu(),
         extra_kv_bytes_per_token=strategy.extra_kv_bytes_per_token(),
-        weight_bytes_per_gpu=None if layout.is_single_group else layout.weight_bytes_per_gpu(model),
+        weight_bytes_per_gpu=(
+            stage_weight_bytes_per_gpu(model, pp, layout)
+            if pp > 1
+            else None
+            if layout.is_single_group
+            else layout.weight_bytes_per_gpu(model)
+        ),
     )
     if layout.dp > 1:
         # Each attention group keeps its own KV pool; the engine's ledger holds all of them.

@@ -84,7 +84,9 @@ class HardwareConfig(BaseModel):
     """The deployment: which GPU, how many per node (the tensor-parallel degree by default),
     and, for large MoE models, how many nodes and how they are split (sim/parallel.py):
     ``tensor_parallel`` GPUs per attention group (within a node), the rest of the GPUs as
-    data-parallel attention groups, and ``expert_parallel`` ranks for the MoE layers."""
+    data-parallel attention groups, and ``expert_parallel`` ranks for the MoE layers;
+    ``pipeline_parallel`` stages of whole nodes, each holding a share of the layers
+    (sim/pipeline.py)."""
 
     model_config = _STRICT
     gpu: str = "h100-sxm"
@@ -92,6 +94,7 @@ class HardwareConfig(BaseModel):
     num_nodes: int = Field(default=1, ge=1, le=16)
     tensor_parallel: int | None = Field(default=None, ge=1, le=8)
     expert_parallel: int = Field(default=1, ge=1, le=128)
+    pipeline_parallel: int = Field(default=1, ge=1, le=16)
 
     @field_validator("gpu")
     @classmethod

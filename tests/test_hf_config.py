@@ -58,6 +58,31 @@ GPT_OSS_20B = {
     "tie_word_embeddings": False,
 }
 
+#: Qwen/Qwen3-Next-80B-A3B-Instruct config.json (the keys the sizes depend on).
+QWEN3_NEXT = {
+    "model_type": "qwen3_next",
+    "num_hidden_layers": 48,
+    "hidden_size": 2048,
+    "intermediate_size": 5120,
+    "moe_intermediate_size": 512,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "shared_expert_intermediate_size": 512,
+    "decoder_sparse_step": 1,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "vocab_size": 151936,
+    "full_attention_interval": 4,
+    "linear_num_key_heads": 16,
+    "linear_key_head_dim": 128,
+    "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "max_position_embeddings": 262144,
+    "tie_word_embeddings": False,
+}
+
 
 def _write(tmp_path: Path, config: dict[str, Any]) -> Path:
     path = tmp_path / "config.json"
@@ -78,6 +103,19 @@ def test_a_config_gives_the_catalogue_entry_sizes(
     assert model.kv_bytes_per_token == reference.kv_bytes_per_token
     assert model.window_kv_bytes_per_token == reference.window_kv_bytes_per_token
     assert model.spec.num_mtp_modules == reference.spec.num_mtp_modules
+
+
+def test_a_qwen3_next_config_gives_its_hybrid_layers(tmp_path: Path) -> None:
+    model = get_model(spec_from_config(_write(tmp_path, QWEN3_NEXT)))
+    reference = get_model("qwen3-next-80b-a3b")
+    assert model.num_linear_layers == reference.num_linear_layers == 36
+    assert model.total_params == reference.total_params
+    assert model.kv_bytes_per_token == reference.kv_bytes_per_token
+    assert model.linear_state_bytes_per_seq == reference.linear_state_bytes_per_seq
+    missing = {k: v for k, v in QWEN3_NEXT.items() if k != "linear_value_head_dim"}
+    path = _write(tmp_path, missing)
+    with pytest.raises(CatalogueError, match=f"{path}.*'linear_value_head_dim'"):
+        spec_from_config(path)
 
 
 @pytest.mark.parametrize("missing", ["num_hidden_layers", "vocab_size", "qk_rope_head_dim"])

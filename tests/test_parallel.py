@@ -18,6 +18,7 @@ from sim.efficiency import load_efficiency
 from sim.engine.memory import plan_memory
 from sim.errors import ScenarioError
 from sim.parallel import COMBINE_BYTES_PER_ELEMENT, DISPATCH_BYTES_PER_ELEMENT, Layout
+from sim.parallel_cost import ParallelStepCost
 from sim.run import build_simulation
 from sim.scenario import validate_document
 
@@ -96,6 +97,23 @@ def test_dispatch_and_combine_follow_bytes_over_the_link() -> None:
     latency = 2 * (H200.allreduce_latency_at(8) + H200.internode_latency_s)
     expected = layers * (latency + bytes_ * 8 / 15 / H200.internode_bandwidth_bytes_per_s)
     assert _alltoall_only(inter, n) == pytest.approx(expected)
+
+
+def test_data_parallel_attention_without_ep_gathers_and_scatters_every_moe_layer() -> None:
+    # Qwen3-235B on 2 GPUs of attention DP 2, experts split 2 ways (vLLM DP without EP): every
+    # MoE layer all-gathers and reduce-scatters N·H bf16 over 2 GPUs, (2−1)/2 of it per GPU.
+    model = get_model("qwen3-235b-a22b").with_precision("fp8", "bf16")
+    eff = load_efficiency("h200")
+    layout = Layout(gpus_per_node=2, tp=1, ep=1)
+    cost = ParallelStepCost(model, H200, layout, eff)
+    n = np.array([0.0, 1024.0])
+    per_token = 2 * 0.5 * model.spec.hidden_size * 2 / H200.interconnect_bus_bandwidth_bytes_per_s
+    latency = 2 * H200.allreduce_latency_at(2)
+    expected = model.num_moe_layers * (latency + per_token * n)
+    assert cost.comm_s(n) == pytest.approx(expected)  # TP 1: no attention all-reduce
+    # With EP the dispatch/combine replaces it; one TP group needs neither.
+    with_ep = ParallelStepCost(model, H200, Layout(gpus_per_node=2, tp=1, ep=2), eff)
+    assert with_ep._gather.time_s(n) == pytest.approx([0.0, 0.0])
 
 
 def test_more_gpus_make_a_large_decode_step_faster_but_add_communication() -> None:

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from tools.moe_validation_points import moe_serving_points
+    from tools.moe_validation_points import layout_of, moe_serving_points
 except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
-    from moe_validation_points import moe_serving_points  # type: ignore[no-redef]
+    from moe_validation_points import layout_of, moe_serving_points  # type: ignore[no-redef]
 
 OUT = Path(__file__).resolve().parents[1] / "sim" / "data" / "validation_points.csv"
 
@@ -57,6 +57,8 @@ COLUMNS = (
     "fitted_by",
     "not_expressible",
     "notes",
+    "tensor_parallel",
+    "expert_parallel",
 )
 
 AIC = (
@@ -208,6 +210,8 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
     for row in kept + h200:
         concurrency = int(float(row["batch_size"]))
         tp = int(float(row["tp_size"]))
+        # An MoE row's MoE split may span more GPUs than its attention TP (moe_validation_points).
+        num_gpus, attention_tp, ep = layout_of(row)
         precision = row["precision"] or "bf16"
         model = AIC_MODELS.get(row["model_path"], row["model_path"])
         engine = f"{row['backend']} {row['backend_version'] or '(version not stated)'}"
@@ -224,7 +228,9 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
             preset=preset,
             model=model,
             gpu=gpu,
-            num_gpus=tp,
+            num_gpus=num_gpus,
+            tensor_parallel=attention_tp or "",
+            expert_parallel=ep or "",
             precision=precision,
             method="none",
             arrival="closed_loop",
@@ -241,6 +247,8 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
         )
         short = model if model in AIC_MODELS.values() else row["model_path"].split("/")[-1].lower()
         stem = f"aic-{short}-{row['backend']}-{row['isl']}x{row['osl']}-c{concurrency}-tp{tp}"
+        stem += f"-dp{num_gpus // tp}" if num_gpus > tp else ""
+        stem += f"-ep{ep}" if ep and ep > 1 else ""
         stem += "-h200" if gpu == "h200" and "235b" not in short else ""
         for quantity, column in (("tpot_ms", "silicon_tpot_ms"), ("ttft_ms", "silicon_ttft_ms")):
             yield _row(

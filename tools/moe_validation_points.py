@@ -4,9 +4,11 @@ Called by ``tools/build_validation_points.py``; every row is out of sample (noth
 fitted on it). Three kinds:
 
 * AIConfigurator silicon rows (measured end-to-end TPOT, no speculation): gpt-oss-120b on vLLM
-  (MXFP4 weights, run weight-only on Hopper) on H100/H200 at TP 1-8, Qwen3-235B-A22B-FP8 on vLLM on
-  H200 at TP 2/4 (shapes other than the 1000/1000 rows the silicon group already has), and
-  DeepSeek-V3/R1 FP8 on SGLang on H200 at TP 8 without DP attention or EP;
+  (MXFP4 weights, run weight-only on Hopper) on H100/H200 at TP 1-8, Qwen3-235B-A22B-FP8 on vLLM
+  0.12.0 (shapes other than the 1000/1000 rows the silicon group already has) and SGLang 0.5.6 on
+  H200, and DeepSeek-V3/R1 FP8 on SGLang on H200 at TP 8 without DP attention or EP. Each row
+  runs on the deployment the source's columns describe (:func:`layout_of`) and as the source's
+  harness sent its requests (``AIC_ROUNDS``);
 * the SGLang DeepSeek-V3 MTP speedups its documentation quotes (H200 TP8, batch 1 and 32);
 * the gpt-oss-120b EAGLE-3 throughput and speedups of a published drafter's model card (SGLang,
   one H100, batch 1/8/64).
@@ -48,6 +50,32 @@ SPECDRIFT = (
 )
 
 
+#: The source's harness per concurrency c (ai-dynamo/aiconfigurator @ 095f58a51c,
+#: bench_run.sh.j2): 2·c warm-up requests left out of the statistics, then 20·c measured.
+AIC_ROUNDS = 20
+AIC_WARMUP_ROUNDS = 2
+
+
+def layout_of(row: dict[str, str]) -> tuple[int, int | None, int | None]:
+    """GPUs, attention TP and expert-parallel ranks a silicon row ran on.
+
+    The source records attention ``tp_size`` (and ``attention_dp_size``, often empty) apart from
+    the MoE split ``moe_tp_size × moe_ep_size``, which spans every GPU of the deployment (vLLM
+    flattens TP across its data-parallel ranks for the MoE layers when EP is off; SGLang's
+    ``--ep-size`` splits the same GPUs). So the row ran on ``max(tp·dp, moe_tp·moe_ep)`` GPUs:
+    ``tp_size 1, moe_tp_size 2`` is two GPUs of attention DP 2, not one GPU. Returns
+    ``(num_gpus, None, None)`` for the plain TP node.
+    """
+    tp = int(float(row["tp_size"]))
+    dp = int(float(row["attention_dp_size"] or 1))
+    moe_tp = int(float(row["moe_tp_size"] or 1))
+    ep = int(float(row["moe_ep_size"] or 1))
+    world = max(tp * dp, moe_tp * ep)
+    if world == tp and ep == 1:
+        return tp, None, None
+    return world, tp, ep
+
+
 def _kept(row: dict[str, str]) -> bool:
     if row["mode"] != "agg" or row["system"] not in GPUS or row["model_path"] not in MODELS:
         return False
@@ -57,9 +85,9 @@ def _kept(row: dict[str, str]) -> bool:
         return row["backend"] == "vllm"
     if row["model_path"].startswith("Qwen"):
         shape = (int(row["isl"]), int(row["osl"]))
-        return (
-            row["backend"] == "vllm" and shape != (1000, 1000) and row["moe_ep_size"] in ("", "1")
-        )
+        if row["backend"] == "sglang":
+            return row["system"] == "h200_sxm"
+        return row["backend"] == "vllm" and shape != (1000, 1000)
     dp, ep = row["attention_dp_size"] or "1", row["moe_ep_size"] or "1"
     return row["backend"] == "sglang" and row["system"] == "h200_sxm" and dp == ep == "1"
 
@@ -73,25 +101,32 @@ def silicon(shared: Path, row_of: Callable[..., dict[str, Any]]) -> Iterator[dic
     for row in rows:
         model, precision = MODELS[row["model_path"]]
         concurrency, tp = int(float(row["batch_size"])), int(float(row["tp_size"]))
+        num_gpus, attention_tp, ep = layout_of(row)
         # The source repeats measurements (DeepSeek-V3 and R1 rows with the same numbers, the
         # same run under several ids): one point per distinct setup and value.
         arch = "deepseek" if model.startswith("deepseek") else model
         setup = (arch, row["backend"], row["system"], row["isl"], row["osl"], str(concurrency))
-        key = (*setup, str(tp), f"{float(row['silicon_tpot_ms']):.4f}")
+        key = (*setup, f"{num_gpus}/{tp}/{ep}", f"{float(row['silicon_tpot_ms']):.4f}")
         if key in seen:
             continue
         seen[key] = len(seen)
         repeat = sum(1 for k in seen if k[:-1] == key[:-1])
         engine = f"{row['backend']} {row['backend_version'] or '(version not stated)'}"
+        split = f"-tp{tp}"
+        if attention_tp is not None:
+            split += f"-dp{num_gpus // tp}" if num_gpus > tp else ""
+            split += f"-ep{ep}" if ep and ep > 1 else ""
         yield row_of(
             point_id=f"moe-{model}-{row['backend']}-{row['system'][:4]}-{row['isl']}x"
-            f"{row['osl']}-c{concurrency}-tp{tp}" + (f"-run{repeat}" if repeat > 1 else ""),
+            f"{row['osl']}-c{concurrency}{split}" + (f"-run{repeat}" if repeat > 1 else ""),
             source_group=GROUP,
             engine=engine,
             preset="sglang-0.5" if row["backend"] == "sglang" else "vllm-v1",
             model=model,
             gpu=GPUS[row["system"]],
-            num_gpus=tp,
+            num_gpus=num_gpus,
+            tensor_parallel=attention_tp or "",
+            expert_parallel=ep or "",
             precision=precision,
             method="none",
             arrival="closed_loop",
@@ -99,14 +134,18 @@ def silicon(shared: Path, row_of: Callable[..., dict[str, Any]]) -> Iterator[dic
             prompt_tokens=row["isl"],
             output_tokens=row["osl"],
             dataset="random",
-            num_requests=4 * concurrency,
+            num_requests=AIC_ROUNDS * concurrency,
+            warmup_requests=AIC_WARMUP_ROUNDS * concurrency,
             quantity="tpot_ms",
             statistic="mean",
             measured=f"{float(row['silicon_tpot_ms']):.4f}",
             unit="ms",
             source=AIC.format(id=row["id"]),
             notes=f"gemm {row['gemm_quant_mode']}, moe {row['moe_quant_mode']} in the source; "
-            "number of prompts per run not stated: 4 x concurrency simulated",
+            f"tp_size {row['tp_size']}, moe_tp_size {row['moe_tp_size'] or '-'}, moe_ep_size "
+            f"{row['moe_ep_size'] or '-'}: {num_gpus} GPUs; requests per run not recorded with "
+            f"the row: the source's harness simulated ({AIC_WARMUP_ROUNDS} x concurrency "
+            f"warm-up left out, {AIC_ROUNDS} x concurrency measured)",
         )
 
 

@@ -29,6 +29,9 @@ class ValidationPoint:
     ``gpu`` are catalogue names where the catalogue has them, else the source's own words.
     ``num_requests`` counts the requests the source measured; ``warmup_requests`` the requests
     its harness sent before them and left out of its statistics (``None``: none stated).
+    ``tensor_parallel`` and ``expert_parallel`` give the split of a multi-GPU MoE deployment
+    (attention TP, the rest data-parallel attention groups; expert-parallel ranks) where the
+    source states one; ``None``: the plain TP node over ``num_gpus``.
     """
 
     point_id: str
@@ -60,6 +63,8 @@ class ValidationPoint:
     fitted_by: str
     not_expressible: str
     notes: str
+    tensor_parallel: int | None = None
+    expert_parallel: int | None = None
 
     @property
     def is_fitted(self) -> bool:
@@ -69,6 +74,8 @@ class ValidationPoint:
 
 _INT_FIELDS = {
     "num_gpus",
+    "tensor_parallel",
+    "expert_parallel",
     "num_speculative_tokens",
     "concurrency",
     "prompt_tokens",

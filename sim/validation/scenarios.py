@@ -146,12 +146,17 @@ def build_scenario(point: ValidationPoint, method: str | None = None) -> Scenari
     if point.arrival in RATE_DRIVEN:
         measurement.update(window="steady", warmup_fraction=RATE_DRIVEN_WARMUP)
     extra: dict[str, Any] = {"measurement": measurement} if measurement else {}
+    hardware: dict[str, Any] = {"gpu": point.gpu, "num_gpus": point.num_gpus}
+    if point.tensor_parallel is not None:
+        hardware["tensor_parallel"] = point.tensor_parallel
+    if point.expert_parallel is not None:
+        hardware["expert_parallel"] = point.expert_parallel
     return Scenario.model_validate(
         {
             **extra,
             "name": f"validate-{point.point_id}-{method}",
             "seed": 0,
-            "hardware": {"gpu": point.gpu, "num_gpus": point.num_gpus},
+            "hardware": hardware,
             "model": point.model,
             "precision": {
                 "weights": point.precision if point.precision in WEIGHT_FORMATS else "bf16"
