@@ -483,7 +483,8 @@ def _slot_specs(
 
 
 #: Step times of a verify step for a batch of b sequences each verifying k = 0..k_max drafts,
-#: with the batch's context tokens (one entry per k): the cost model's own physics.
+#: with the batch's context tokens (one entry per k, or two rows: no sequence and every sequence
+#: accepting all its drafts): the cost model's own physics.
 StepTime = Callable[[int, int, int], FloatArray]
 
 
@@ -533,8 +534,15 @@ class GoodputPolicy(SpeculationPolicy):
         alpha = np.clip(self.accepted_ema[view.ids] / self.tried_ema[view.ids], 0.0, 0.999)
         context = int(view.computed.sum())
         # Σ_i (1 - α_i^{k+1}) / (1 - α_i) = Σ_{d<=k} Σ_i α_i^d: a running sum of power sums.
-        tokens = np.cumsum(np.power.outer(alpha, self._depths).sum(axis=0))
-        rate = tokens / self.step_time(view.batch_size, self.k_max, context)
+        power_sums = np.power.outer(alpha, self._depths).sum(axis=0)
+        tokens = np.cumsum(power_sums)
+        seconds = self.step_time(view.batch_size, self.k_max, context)
+        if seconds.ndim == 2:
+            # Rows: no sequence / every sequence accepting all k drafts; a sequence does with
+            # probability α_i^k, so the expected step time lies between, in that share.
+            share = power_sums / max(len(view.ids), 1)
+            seconds = seconds[0] + share * (seconds[1] - seconds[0])
+        rate = tokens / seconds
         return int(np.argmax(rate))  # the smallest k among equals
 
     def holds_for(self) -> int:
@@ -944,8 +952,13 @@ def _cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode
         )
         parts = cost_model.breakdown(shape)
         total = sum(np.asarray(parts[key], dtype=np.float64) for key in parts if key != "draft_s")
-        work = DraftWork(np.full(k.size, b), b * (k + 1), np.full(k.size, context), 0 * k, b * k)
-        draft = np.asarray(drafter.draft_time_s(work), dtype=np.float64)
+        # Drafting with no sequence and with every sequence fully accepted (a draft model then
+        # runs one more forward to keep its KV in step): the policy weighs the two rows.
+        seqs, context_tokens = np.full(2 * k.size, b), np.full(2 * k.size, context)
+        full = np.concatenate((0 * k, np.full(k.size, b)))
+        ks = np.concatenate((k, k))
+        work = DraftWork(seqs, b * (ks + 1), context_tokens, full, b * ks)
+        draft = np.asarray(drafter.draft_time_s(work), dtype=np.float64).reshape(2, k.size)
         return np.asarray(total + np.where(k > 0, draft, 0.0), dtype=np.float64)
 
     return step_time
