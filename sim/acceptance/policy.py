@@ -15,7 +15,10 @@ A :class:`SpeculationPolicy` sees the batch (its size, the sequences, their posi
 sequence's recent acceptance) and returns k per sequence (0: no drafts this step). The engine
 asks through :class:`AdaptivePlan`, which stands where the fixed plan stands; a policy says how
 many steps its choice holds (:meth:`SpeculationPolicy.holds_for`) and whether the batch size
-enters it, so the stretch planner keeps fast-forwarding where the choice is stable.
+enters it, so the stretch planner keeps fast-forwarding where the choice is stable. A policy
+that can be copied (:meth:`SpeculationPolicy.fork`) is played forward inside a stretch; the
+engine then adopts the copy's state at its last decision before the cut
+(:meth:`SpeculationPolicy.adopt`), which is where stepping one step at a time would leave it.
 
 Policies and their sources:
 
@@ -32,6 +35,7 @@ Policies and their sources:
   the next higher while ``ema > current - 0.5 + up_hysteresis``. Defaults from that file:
   candidates (1, 3, 7), ema_alpha 0.2, update_interval 5, warmup_batches 10, down_hysteresis
   -0.25, up_hysteresis 0.0; SGLang adds the configured steps to the candidates, and so do we.
+  ``batch_slots`` (PR #24055): one such controller per batch-size range.
 - ``goodput``: every ``update_interval`` steps, the k that maximises expected tokens per second
   of the batch from the cost model's own step time and each sequence's recent acceptance
   (SmartSpec, Liu et al. 2024, arXiv:2406.14066: goodput = E[generated tokens] / step time).
@@ -814,7 +818,7 @@ class AdaptivePlan(StepPlan):
         if played is not None:
             rows, planned_proposed, planned_accepted, snapshots = played
             if (
-                length <= planned_proposed.shape[1]
+                0 < length <= planned_proposed.shape[1]
                 and np.array_equal(rows, ids)
                 and np.array_equal(planned_proposed[:, :length], proposed)
                 and np.array_equal(planned_accepted[:, :length], accepted)
