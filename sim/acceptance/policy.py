@@ -575,17 +575,16 @@ class GoodputPolicy(SpeculationPolicy):
         # The rows' EMAs gathered once, updated column by column (the same arithmetic as one
         # step at a time, so fast-forwarded and stepped runs agree to the bit), scattered back.
         acc, tried_ema = self.accepted_ema[ids], self.tried_ema[ids]
-        rate = self.ema_alpha
-        proposed, accepted = proposed.T, accepted.T  # one contiguous row per step
-        for p, a in zip(proposed, accepted, strict=True):
-            # Rows that drafted nothing learn nothing (their step adds an exact zero).
-            went = rate * (p > 0)
-            # A chain step tried a + 1 drafts (the last rejected) unless all p were accepted.
-            acc = acc + went * (a - acc)
-            tried_ema = tried_ema + went * (np.minimum(a + 1, p) - tried_ema)
+        # Rows that drafted nothing learn nothing (their step adds an exact zero). A chain step
+        # tried a + 1 drafts (the last rejected) unless all p were accepted.
+        weights = (self.ema_alpha * (proposed > 0)).T
+        tried = np.minimum(accepted + 1, proposed).T
+        for went, a, t in zip(weights, accepted.T, tried, strict=True):
+            acc += went * (a - acc)
+            tried_ema += went * (t - tried_ema)
         self.accepted_ema[ids] = acc
         self.tried_ema[ids] = tried_ema
-        self.since_update = min(self.since_update + proposed.shape[0], self.update_interval)
+        self.since_update = min(self.since_update + proposed.shape[1], self.update_interval)
 
     def describe(self) -> dict[str, Any]:
         return {
