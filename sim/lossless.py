@@ -23,7 +23,13 @@ from scipy.stats import chi2_contingency
 
 from sim.errors import ScenarioError
 from sim.sampling import sample_categorical, speculative_chain_step
-from sim.tree_sampling import StaticTree, draft_tree_tokens, speculative_tree_step
+from sim.tree_sampling import (
+    StaticTree,
+    draft_dynamic_tree,
+    draft_tree_tokens,
+    speculative_tree_step,
+    verify_drafted_tree,
+)
 
 SEQUENCE_TOKENS = 3
 MIN_EXPECTED_COUNT = 5.0
@@ -180,6 +186,32 @@ def tree_sequences(
     return _generate(contexts, length, step)
 
 
+def dynamic_tree_sequences(
+    pair: MarkovPair,
+    contexts: np.ndarray,
+    dynamic_tree: tuple[int, int, int],
+    length: int,
+    rng: np.random.Generator,
+    *,
+    broken_residual: bool,
+) -> SpeculativeRun:
+    """Generate ``length`` tokens per context by EAGLE-2 dynamic-tree steps: each row's tree is
+    built anew at every step from the draft's probabilities after its own tokens
+    (``dynamic_tree`` = topk, draft levels, verified tokens with the root), so the shapes vary
+    between rows and steps."""
+    topk, num_steps, num_draft_tokens = dynamic_tree
+
+    def step(last: np.ndarray) -> Any:
+        drafted = draft_dynamic_tree(
+            topk, num_steps, num_draft_tokens, last, lambda tokens: pair.draft_prob[tokens]
+        )
+        return verify_drafted_tree(
+            drafted, pair.target_prob[drafted.tokens], rng, broken_residual=broken_residual
+        )
+
+    return _generate(contexts, length, step)
+
+
 @dataclass(frozen=True, slots=True)
 class ChiSquareTest:
     """One chi-square test of homogeneity between speculative and direct samples of a quantity."""
@@ -223,6 +255,7 @@ class LosslessReport:
     vocab_size: int
     k: int
     tree_widths: tuple[int, ...]
+    dynamic_tree: tuple[int, int, int]
     significance_level: float
     broken_residual: bool
     target_acceptance_rate: float
@@ -246,14 +279,14 @@ class LosslessReport:
         lines = [
             f"Lossless check: {self.samples} speculative vs {self.samples} direct sequences, "
             f"vocab {self.vocab_size}, chain k={self.k}, tree widths {list(self.tree_widths)}, "
-            f"seed {self.seed}, {variant}",
+            f"dynamic tree (topk, steps, tokens) {self.dynamic_tree}, seed {self.seed}, {variant}",
             f"draft/target overlap sum(min(p, q)) = {self.target_acceptance_rate:.3f}; "
             f"pass if every p-value >= {self.significance_level:g} / tests",
         ]
         for check in self.checks:
             verdict = "PASS" if check.passed else "FAIL"
             lines.append(
-                f"  {check.sampler:<5} {verdict}  steps {check.num_steps}, accepted/step "
+                f"  {check.sampler:<7} {verdict}  steps {check.num_steps}, accepted/step "
                 f"{check.mean_accepted_tokens_per_step:.3f}, emitted/step "
                 f"{check.mean_emitted_tokens_per_step:.3f} (bonus included)"
             )
@@ -328,8 +361,10 @@ def run_lossless_check(
     broken_residual: bool = False,
     tree_widths: tuple[int, ...] = (2, 2, 2),
     significance_level: float = 1e-3,
+    dynamic_tree: tuple[int, int, int] = (3, 3, 8),
 ) -> LosslessReport:
-    """Run the chain and tree samplers ``samples`` times each and test them against the target.
+    """Run the chain, static-tree and dynamic-tree samplers ``samples`` times each and test them
+    against the target.
 
     Deterministic for a given seed: every random draw comes from a named stream of
     ``numpy.random.SeedSequence(seed)``. Raise ScenarioError if ``samples < 100``,
@@ -354,7 +389,7 @@ def run_lossless_check(
     # speculative run.
     streams = [
         np.random.Generator(np.random.PCG64(child))
-        for child in np.random.SeedSequence(seed).spawn(6)
+        for child in np.random.SeedSequence(seed).spawn(8)
     ]
     direct_contexts, chain_contexts, tree_contexts = (
         stream.integers(0, vocab_size, size=samples) for stream in streams[:3]
@@ -373,6 +408,14 @@ def run_lossless_check(
             tree,
             SEQUENCE_TOKENS,
             streams[5],
+            broken_residual=broken_residual,
+        ),
+        "dynamic": dynamic_tree_sequences(
+            pair,
+            streams[6].integers(0, vocab_size, size=samples),
+            dynamic_tree,
+            SEQUENCE_TOKENS,
+            streams[7],
             broken_residual=broken_residual,
         ),
     }
@@ -407,6 +450,7 @@ def run_lossless_check(
         vocab_size=vocab_size,
         k=k,
         tree_widths=tree.widths,
+        dynamic_tree=dynamic_tree,
         significance_level=significance_level,
         broken_residual=broken_residual,
         target_acceptance_rate=pair.mean_overlap,

@@ -207,17 +207,161 @@ def speculative_tree_step(
             emitted[rejected_rows, depth] = sample_categorical(current_target[undecided], rng)
             active[rejected_rows] = False
 
+    return _bonus_and_result(tree.depth, emitted, num_accepted, active, node, target_prob, rng)
+
+
+def _bonus_and_result(
+    depth: int,
+    emitted: np.ndarray,
+    num_accepted: np.ndarray,
+    active: np.ndarray,
+    node: np.ndarray,
+    target_prob: np.ndarray,
+    rng: np.random.Generator,
+) -> TreeStepResult:
+    """End of a tree walk: rows still ``active`` accepted a leaf at ``depth``, and the target's
+    distribution after it gives their bonus token."""
     leaf_rows = np.flatnonzero(active)
     if leaf_rows.size:
-        # A leaf was accepted: the target's distribution after it gives the bonus token.
-        emitted[leaf_rows, tree.depth] = sample_categorical(
-            target_prob[leaf_rows, node[leaf_rows]], rng
-        )
-
-    emitted_mask = np.arange(tree.depth + 1)[None, :] <= num_accepted[:, None]
+        emitted[leaf_rows, depth] = sample_categorical(target_prob[leaf_rows, node[leaf_rows]], rng)
+    emitted_mask = np.arange(depth + 1)[None, :] <= num_accepted[:, None]
     return TreeStepResult(
         num_accepted_tokens=num_accepted,
         num_emitted_tokens=num_accepted + 1,
         emitted_tokens=emitted,
         emitted_mask=emitted_mask,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DraftedTree:
+    """Draft trees whose shape differs per row (EAGLE-2's dynamic trees): ``num_positions``
+    positions per row, position 0 the root; ``parents[b, i] < i`` (−1 for the root) and
+    ``tokens[b, i]``. The children of a node are distinct tokens, in descending draft
+    probability."""
+
+    parents: np.ndarray
+    tokens: np.ndarray
+    depth: int
+
+
+def draft_dynamic_tree(
+    topk: int,
+    num_steps: int,
+    num_draft_tokens: int,
+    root_tokens: np.ndarray,
+    draft_prob_after: Callable[[np.ndarray], np.ndarray],
+) -> DraftedTree:
+    """EAGLE-2's expansion and rerank (Li et al. 2024, arXiv:2406.16858, §4) from the draft's
+    own probabilities, per row: level 1 is the root's ``topk`` most probable tokens; each later
+    level expands the ``topk`` nodes of the newest level with the highest path probability (the
+    product along the path) into their ``topk`` most probable tokens; the ``num_draft_tokens − 1``
+    candidates of highest path probability are kept (SGLang's ``organize_draft_results``). The
+    candidates are chosen, not sampled, so verification must use :func:`verify_drafted_tree`.
+
+    Raise ScenarioError if ``topk`` exceeds the vocabulary or a count is below one.
+    """
+    if root_tokens.ndim != 1:
+        raise ScenarioError(f"root_tokens must be [batch], got shape {root_tokens.shape}")
+    batch = root_tokens.size
+    rows = np.arange(batch)[:, None]
+    first = draft_prob_after(root_tokens[:, None])[:, 0]
+    if not 1 <= topk <= first.shape[-1] or num_steps < 1 or num_draft_tokens < 2:
+        raise ScenarioError(
+            f"draft_dynamic_tree: need 1 <= topk <= vocab, num_steps >= 1 and num_draft_tokens "
+            f">= 2, got {topk}, {num_steps}, {num_draft_tokens}"
+        )
+    order = np.argsort(-first, axis=-1, kind="stable")[:, :topk]
+    tokens, scores = [order], [np.take_along_axis(first, order, axis=-1)]
+    parents = [np.full((batch, topk), -1, dtype=np.int64)]  # candidate index of the parent
+    offset = topk
+    level_start = 0
+    for _ in range(1, num_steps):
+        current = scores[-1]
+        width = min(topk, current.shape[1])
+        chosen = np.argsort(-current, axis=1, kind="stable")[:, :width]
+        probs = draft_prob_after(np.take_along_axis(tokens[-1], chosen, axis=1))
+        child = np.argsort(-probs, axis=-1, kind="stable")[..., :topk]
+        child_prob = np.take_along_axis(probs, child, axis=-1)
+        parent_score = np.take_along_axis(current, chosen, axis=1)[..., None]
+        tokens.append(child.reshape(batch, -1))
+        scores.append((parent_score * child_prob).reshape(batch, -1))
+        parents.append(np.repeat(level_start + chosen, topk, axis=1))
+        level_start = offset
+        offset += width * topk
+    all_tokens = np.concatenate(tokens, axis=1)
+    all_scores = np.concatenate(scores, axis=1)
+    all_parents = np.concatenate(parents, axis=1)
+    keep = min(num_draft_tokens - 1, all_scores.shape[1])
+    kept = np.sort(np.argsort(-all_scores, axis=1, kind="stable")[:, :keep], axis=1)
+    # Position of each kept candidate (root = 0); a parent always scores at least its child.
+    position = np.full(all_scores.shape, -1, dtype=np.int64)
+    position[rows, kept] = np.arange(1, keep + 1)
+    parent_candidate = all_parents[rows, kept]
+    parent_position = np.where(
+        parent_candidate < 0, 0, position[rows, np.maximum(parent_candidate, 0)]
+    )
+    if np.any(parent_position < 0):
+        raise ScenarioError("draft_dynamic_tree: a kept node's parent was not kept")
+    out_parents = np.concatenate((np.full((batch, 1), -1), parent_position), axis=1)
+    out_tokens = np.concatenate((root_tokens[:, None], all_tokens[rows, kept]), axis=1)
+    depth = np.zeros(out_parents.shape, dtype=np.int64)
+    for i in range(1, keep + 1):
+        depth[:, i] = depth[np.arange(batch), out_parents[:, i]] + 1
+    return DraftedTree(out_parents, out_tokens, int(depth.max()))
+
+
+def verify_drafted_tree(
+    tree: DraftedTree,
+    target_prob: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    broken_residual: bool = False,
+) -> TreeStepResult:
+    """Verify chosen (not sampled) candidates against one target pass: at each node try the
+    children in order; accept token ``x`` with probability ``p(x)`` under the current residual
+    target ``p`` (the rule above with the draft a point mass on ``x``:
+    ``min(1, p(x) / 1)``); on rejection ``p <- normalize(p with x removed)``; when every child is
+    rejected emit one token from ``p``; after an accepted leaf, a bonus token. Lossless for any
+    tree the draft builds, since the shape does not read the target (SGLang's
+    ``tree_speculative_sampling_target_only`` verifies EAGLE-2 trees this way).
+
+    ``broken_residual=True`` (negative control) never removes a rejected token.
+    ``target_prob`` is ``[batch, num_positions, vocab]``.
+    """
+    batch = tree.tokens.shape[0]
+    node = np.zeros(batch, dtype=np.int64)
+    active = np.ones(batch, dtype=bool)
+    num_accepted = np.zeros(batch, dtype=np.int64)
+    emitted = np.zeros((batch, tree.depth + 1), dtype=np.int64)
+    for level in range(tree.depth):
+        rows = np.flatnonzero(active)
+        if rows.size == 0:
+            break
+        current = target_prob[rows, node[rows]].copy()
+        is_child = tree.parents[rows] == node[rows][:, None]
+        rank = np.cumsum(is_child, axis=1)
+        undecided = np.ones(rows.size, dtype=bool)
+        chosen = np.zeros(rows.size, dtype=np.int64)
+        for slot in range(1, int(is_child.sum(axis=1).max(initial=0)) + 1):
+            has = is_child & (rank == slot)
+            trying = undecided & has.any(axis=1)
+            position = has.argmax(axis=1)
+            token = tree.tokens[rows, position]
+            accept = trying & (rng.random(rows.size) < current[np.arange(rows.size), token])
+            chosen[accept] = position[accept]
+            undecided &= ~accept
+            rejected = trying & ~accept
+            if not broken_residual and np.any(rejected):
+                local = np.flatnonzero(rejected)
+                current[local, token[local]] = 0.0
+                current[local] /= current[local].sum(axis=1, keepdims=True)
+        accepted_rows = rows[~undecided]
+        emitted[accepted_rows, level] = tree.tokens[accepted_rows, chosen[~undecided]]
+        node[accepted_rows] = chosen[~undecided]
+        num_accepted[accepted_rows] += 1
+        stopped = rows[undecided]
+        if stopped.size:
+            emitted[stopped, level] = sample_categorical(current[undecided], rng)
+            active[stopped] = False
+    return _bonus_and_result(tree.depth, emitted, num_accepted, active, node, target_prob, rng)

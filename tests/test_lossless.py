@@ -23,13 +23,13 @@ def broken_report():
 
 
 def test_exact_samplers_pass(exact_report):
-    assert [check.sampler for check in exact_report.checks] == ["chain", "tree"]
+    assert [check.sampler for check in exact_report.checks] == ["chain", "tree", "dynamic"]
     assert exact_report.passed
     for check in exact_report.checks:
         assert all(test.dof == test.num_cells - 1 for test in check.tests)
 
 
-def test_broken_residual_is_caught_for_chain_and_tree(broken_report):
+def test_broken_residual_is_caught_for_chain_and_trees(broken_report):
     assert not broken_report.passed
     for check in broken_report.checks:
         assert not check.passed
@@ -39,9 +39,10 @@ def test_broken_residual_is_caught_for_chain_and_tree(broken_report):
 def test_acceptance_is_partial_so_the_residual_is_exercised(exact_report):
     # A draft accepted always or never would leave the residual untested.
     assert 0.3 < exact_report.target_acceptance_rate < 0.9
-    chain, tree = exact_report.checks
+    chain, tree, dynamic = exact_report.checks
     assert 0.0 < chain.mean_accepted_tokens_per_step < exact_report.k
     assert 0.0 < tree.mean_accepted_tokens_per_step < len(exact_report.tree_widths)
+    assert 0.0 < dynamic.mean_accepted_tokens_per_step < exact_report.dynamic_tree[1]
 
 
 def test_same_seed_same_report():
@@ -55,8 +56,9 @@ def test_report_serialises_and_prints(exact_report):
     assert as_dict["passed"] is True
     assert len(as_dict["checks"][1]["tests"]) == 3
     text = exact_report.format_text()
-    assert "chain PASS" in text
-    assert "tree  PASS" in text
+    assert "chain   PASS" in text
+    assert "tree    PASS" in text
+    assert "dynamic PASS" in text
 
 
 def test_identical_samples_are_homogeneous():

@@ -141,3 +141,36 @@ def test_shape_mismatch_is_rejected():
             np.full((2, 6, 4), 0.25),
             np.random.default_rng(0),
         )
+
+
+# --- EAGLE-2 dynamic trees: shapes chosen per row and step by the draft's confidence ----------
+
+
+@pytest.mark.parametrize("dynamic_tree", [(1, 3, 4), (2, 4, 7), (4, 2, 10), (3, 5, 12)])
+def test_dynamic_tree_sampler_is_lossless_for_each_shape_rule(
+    dynamic_tree: tuple[int, int, int],
+) -> None:
+    """Chains (topk 1), deep-narrow, shallow-wide and budget-cut trees: the tokens after random
+    contexts match direct sampling of the target (chi-square, as the lossless check)."""
+    from sim.lossless import run_lossless_check
+
+    report = run_lossless_check(samples=20_000, seed=1, dynamic_tree=dynamic_tree)
+    dynamic = report.checks[2]
+    assert dynamic.sampler == "dynamic" and dynamic.passed, dynamic.tests
+
+
+def test_dynamic_tree_shapes_differ_between_rows_and_keep_the_budget() -> None:
+    from sim.lossless import markov_pair
+    from sim.tree_sampling import draft_dynamic_tree
+
+    pair = markov_pair(12)
+    roots = np.arange(12)
+    tree = draft_dynamic_tree(3, 4, 9, roots, lambda tokens: pair.draft_prob[tokens])
+    assert tree.tokens.shape == (12, 9)  # the root and num_draft_tokens - 1 drafts in every row
+    assert np.all(tree.parents[:, 1:] < np.arange(1, 9))  # parents precede children
+    assert len({tuple(row) for row in tree.parents.tolist()}) > 1  # shapes follow the draft
+    # Siblings are distinct tokens (chosen, not sampled).
+    for parents, tokens in zip(tree.parents, tree.tokens, strict=True):
+        for node in range(9):
+            children = tokens[parents == node]
+            assert len(set(children.tolist())) == children.size

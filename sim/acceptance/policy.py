@@ -15,7 +15,10 @@ A :class:`SpeculationPolicy` sees the batch (its size, the sequences, their posi
 sequence's recent acceptance) and returns k per sequence (0: no drafts this step). The engine
 asks through :class:`AdaptivePlan`, which stands where the fixed plan stands; a policy says how
 many steps its choice holds (:meth:`SpeculationPolicy.holds_for`) and whether the batch size
-enters it, so the stretch planner keeps fast-forwarding where the choice is stable.
+enters it, so the stretch planner keeps fast-forwarding where the choice is stable. A policy
+that can be copied (:meth:`SpeculationPolicy.fork`) is played forward inside a stretch; the
+engine then adopts the copy's state at its last decision before the cut
+(:meth:`SpeculationPolicy.adopt`), which is where stepping one step at a time would leave it.
 
 Policies and their sources:
 
@@ -32,6 +35,7 @@ Policies and their sources:
   the next higher while ``ema > current - 0.5 + up_hysteresis``. Defaults from that file:
   candidates (1, 3, 7), ema_alpha 0.2, update_interval 5, warmup_batches 10, down_hysteresis
   -0.25, up_hysteresis 0.0; SGLang adds the configured steps to the candidates, and so do we.
+  ``batch_slots`` (PR #24055): one such controller per batch-size range.
 - ``goodput``: every ``update_interval`` steps, the k that maximises expected tokens per second
   of the batch from the cost model's own step time and each sequence's recent acceptance
   (SmartSpec, Liu et al. 2024, arXiv:2406.14066: goodput = E[generated tokens] / step time).
@@ -147,6 +151,9 @@ class SpeculationPolicy(ABC):
     clairvoyant: bool = False
     #: Whether the choice depends on the steps observed so far.
     learns: bool = False
+    #: Whether the batch (size, rows) enters the choice only when the policy decides (at the
+    #: steps :meth:`holds_for` names); played forward, it sees the rows still running then.
+    reads_batch: bool = False
 
     def __init__(self, k_max: int) -> None:
         self.k_max = int(k_max)
@@ -170,6 +177,20 @@ class SpeculationPolicy(ABC):
         """Learn from applied steps: (row × step) drafts proposed and accepted for ``ids``
         (a policy that learns nothing ignores them)."""
         del ids, proposed, accepted
+
+    def snapshot(self) -> Any:
+        """A record of this (forked) policy's state right after a decision, for :meth:`adopt`
+        (default: a fork)."""
+        return self.fork()
+
+    def adopt(
+        self, snapshot: Any, start: int, ids: IntArray, proposed: IntArray, accepted: IntArray
+    ) -> SpeculationPolicy:
+        """The policy after the engine applied ``proposed``/``accepted`` (row × step), the last
+        decision having been taken at step ``start`` with state ``snapshot``: what stepping one
+        step at a time would have left (default: the snapshot, observing the steps after it)."""
+        snapshot.observe(ids, proposed[:, start:], accepted[:, start:])
+        return snapshot
 
     def candidates(self) -> tuple[int, ...]:
         """Every k the policy can choose (the lossless check covers these)."""
@@ -234,9 +255,38 @@ SGLANG_DOWN_HYSTERESIS = -0.25
 SGLANG_UP_HYSTERESIS = 0.0
 
 
+#: SGLang's per-batch-size slots (PR #24055, merged): (lowest batch size, candidate steps,
+#: down hysteresis, up hysteresis); each slot keeps its own EMA, step count and counters.
+SGLANG_BATCH_SLOTS = (
+    (1, (1, 3, 7), -0.25, 0.0),
+    (64, (1, 2, 5), 0.0, 0.0),
+    (128, (1, 2, 6), 0.25, -0.1),
+)
+
+
+@dataclass
+class _EmaSlot:
+    """One batch-size range's EMA controller (SGLang's ``AdaptiveSpeculativeParams``)."""
+
+    lowest_batch: int
+    steps: tuple[int, ...]
+    down_hysteresis: float
+    up_hysteresis: float
+    current: int
+    ema: float
+    batch_count: int = 0
+
+
 class SglangEmaPolicy(SpeculationPolicy):
     """SGLang's adaptive ``speculative_num_steps``: EMA of accepted drafts with hysteresis (rule
-    and defaults in the module docstring). One choice for the whole batch."""
+    and defaults in the module docstring). One choice for the whole batch.
+
+    ``batch_slots`` (SGLang PR #24055): a list of ``{min_batch_size, candidate_steps,
+    down_hysteresis, up_hysteresis}``, or ``sglang`` for that PR's defaults (batch sizes from 1,
+    64 and 128). A verify batch of ``b`` sequences reads and updates only the slot of the highest
+    ``min_batch_size <= b``; each slot has its own EMA, step count and warm-up. Without it, one
+    slot (PR #21599).
+    """
 
     name = "sglang-ema"
     learns = True
@@ -250,51 +300,97 @@ class SglangEmaPolicy(SpeculationPolicy):
         warmup_batches: int = SGLANG_WARMUP_BATCHES,
         down_hysteresis: float = SGLANG_DOWN_HYSTERESIS,
         up_hysteresis: float = SGLANG_UP_HYSTERESIS,
+        batch_slots: str | list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(k_max)
-        if candidate_steps is None:
-            # SGLang adds the configured steps to its candidates; ours stop at k_max.
-            steps = {s for s in SGLANG_CANDIDATE_STEPS if s <= k_max} | {k_max}
-        else:
-            steps = {int(s) for s in candidate_steps}
-            for s in steps:
-                _check_range("candidate_steps", s, 1, k_max)
-            steps.add(k_max)
-        self.steps = tuple(sorted(steps))
-        if len(self.steps) < 2:
-            raise ScenarioError(
-                f"speculation.policy.params.candidate_steps: need two steps at least, got "
-                f"{list(self.steps)} (k_max {k_max})"
-            )
         if not 0.0 < ema_alpha <= 1.0:
             raise ScenarioError(
                 f"speculation.policy.params.ema_alpha: must be in (0, 1], got {ema_alpha}"
             )
         _check_range("update_interval", update_interval, 1, 1 << 20)
         _check_range("warmup_batches", warmup_batches, 0, 1 << 20)
-        for key, value in (("down_hysteresis", down_hysteresis), ("up_hysteresis", up_hysteresis)):
-            if not -1.0 <= value <= 1.0:
-                raise ScenarioError(f"speculation.policy.params.{key}: must be in [-1, 1]")
         self.ema_alpha = float(ema_alpha)
         self.update_interval = int(update_interval)
         self.warmup_batches = int(warmup_batches)
-        self.down_hysteresis = float(down_hysteresis)
-        self.up_hysteresis = float(up_hysteresis)
-        self.current = k_max
-        self.ema = float(k_max - 1)
-        self.batch_count = 0
+        if batch_slots is None:
+            specs = [(1, candidate_steps, down_hysteresis, up_hysteresis, "")]
+        else:
+            if candidate_steps is not None:
+                raise ScenarioError(
+                    "speculation.policy.params.candidate_steps: give the steps per slot in "
+                    "batch_slots, not both"
+                )
+            specs = _slot_specs(batch_slots)
+        self.slots = [self._slot(*spec) for spec in specs]
+        self.batch_dependent = len(self.slots) > 1
+        self._active = 0
+
+    def _slot(
+        self,
+        lowest: int,
+        candidate_steps: tuple[int, ...] | list[int] | None,
+        down: float,
+        up: float,
+        where: str,
+    ) -> _EmaSlot:
+        k_max = self.k_max
+        if candidate_steps is None:
+            # SGLang adds the configured steps to its candidates; ours stop at k_max.
+            steps = {s for s in SGLANG_CANDIDATE_STEPS if s <= k_max} | {k_max}
+        elif where:
+            # A slot's steps above the configured most are not built; the most always is.
+            steps = {int(s) for s in candidate_steps if int(s) <= k_max} | {k_max}
+        else:
+            steps = {int(s) for s in candidate_steps}
+            for s in steps:
+                _check_range("candidate_steps", s, 1, k_max)
+            steps.add(k_max)
+        ordered = tuple(sorted(steps))
+        if len(ordered) < 2:
+            raise ScenarioError(
+                f"speculation.policy.params.{where}candidate_steps: need two steps at least, "
+                f"got {list(ordered)} (k_max {k_max})"
+            )
+        for key, value in (("down_hysteresis", down), ("up_hysteresis", up)):
+            if not -1.0 <= value <= 1.0:
+                raise ScenarioError(f"speculation.policy.params.{where}{key}: must be in [-1, 1]")
+        return _EmaSlot(lowest, ordered, float(down), float(up), k_max, float(k_max - 1))
+
+    # The single-slot view (PR #21599) used by reports and tests.
+    @property
+    def steps(self) -> tuple[int, ...]:
+        return self.slots[0].steps
+
+    @property
+    def current(self) -> int:
+        return self.slots[self._active].current
+
+    @property
+    def ema(self) -> float:
+        return self.slots[self._active].ema
+
+    def _slot_of(self, batch_size: int) -> int:
+        index = 0
+        for i, slot in enumerate(self.slots):
+            if slot.lowest_batch <= batch_size:
+                index = i
+        return index
 
     def choose(self, view: BatchView) -> IntArray:
-        return np.full(len(view.ids), self.current, dtype=np.int64)
+        self._active = self._slot_of(len(view.ids))
+        return np.full(len(view.ids), self.slots[self._active].current, dtype=np.int64)
 
     def holds_for(self) -> int:
-        c, w, u = self.batch_count, self.warmup_batches, self.update_interval
+        c = self.slots[self._active].batch_count
+        w, u = self.warmup_batches, self.update_interval
         # The next count after which the choice is recomputed: > w and (count - w) % u == 0.
         following = w + u * ((max(c, w) - w) // u + 1)
         return following - c
 
     def fork(self) -> SglangEmaPolicy:
-        return copy.copy(self)  # scalars and a tuple: a shallow copy is independent
+        twin = copy.copy(self)
+        twin.slots = [copy.copy(slot) for slot in self.slots]
+        return twin
 
     def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:
         verifying = proposed > 0
@@ -303,40 +399,96 @@ class SglangEmaPolicy(SpeculationPolicy):
         for count, total in zip(counts.tolist(), sums.tolist(), strict=True):
             if count == 0:
                 continue  # SGLang skips an empty verify batch without counting it
-            self.ema = (1.0 - self.ema_alpha) * self.ema + self.ema_alpha * (total / count)
-            self.batch_count += 1
-            c, w = self.batch_count, self.warmup_batches
+            slot = self.slots[self._slot_of(count)]
+            slot.ema = (1.0 - self.ema_alpha) * slot.ema + self.ema_alpha * (total / count)
+            slot.batch_count += 1
+            c, w = slot.batch_count, self.warmup_batches
             if c > w and (c - w) % self.update_interval == 0:
-                self._recompute()
-
-    def _recompute(self) -> None:
-        index = self.steps.index(self.current)
-        while index > 0 and self.ema <= self.steps[index - 1] - 0.5 + self.down_hysteresis:
-            index -= 1
-        while (
-            index < len(self.steps) - 1 and self.ema > self.steps[index] - 0.5 + self.up_hysteresis
-        ):
-            index += 1
-        self.current = self.steps[index]
+                _recompute(slot)
 
     def candidates(self) -> tuple[int, ...]:
-        return self.steps
+        return tuple(sorted({s for slot in self.slots for s in slot.steps}))
 
     def describe(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "candidate_steps": list(self.steps),
             "ema_alpha": self.ema_alpha,
             "update_interval": self.update_interval,
             "warmup_batches": self.warmup_batches,
-            "down_hysteresis": self.down_hysteresis,
-            "up_hysteresis": self.up_hysteresis,
+            "down_hysteresis": self.slots[0].down_hysteresis,
+            "up_hysteresis": self.slots[0].up_hysteresis,
             "source": "sgl-project/sglang PR #21599 adaptive_spec_params.py",
         }
+        if len(self.slots) > 1:
+            out["batch_slots"] = [
+                {
+                    "min_batch_size": slot.lowest_batch,
+                    "candidate_steps": list(slot.steps),
+                    "down_hysteresis": slot.down_hysteresis,
+                    "up_hysteresis": slot.up_hysteresis,
+                }
+                for slot in self.slots
+            ]
+            out["source"] += "; per-batch-size slots: PR #24055"
+        return out
+
+
+def _recompute(slot: _EmaSlot) -> None:
+    """SGLang's step rule with hysteresis on one slot (module docstring)."""
+    index = slot.steps.index(slot.current)
+    while index > 0 and slot.ema <= slot.steps[index - 1] - 0.5 + slot.down_hysteresis:
+        index -= 1
+    while index < len(slot.steps) - 1 and slot.ema > slot.steps[index] - 0.5 + slot.up_hysteresis:
+        index += 1
+    slot.current = slot.steps[index]
+
+
+def _slot_specs(
+    batch_slots: str | list[dict[str, Any]],
+) -> list[tuple[int, Any, float, float, str]]:
+    """The slots as (lowest batch, steps, down, up, key prefix). Raise ScenarioError naming the
+    key if a slot is malformed."""
+    if batch_slots == "sglang":
+        return [(b, steps, dn, up, f"batch_slots[{i}].") for i, (b, steps, dn, up) in
+                enumerate(SGLANG_BATCH_SLOTS)]  # fmt: skip
+    if not isinstance(batch_slots, list) or not batch_slots:
+        raise ScenarioError(
+            "speculation.policy.params.batch_slots: 'sglang' or a non-empty list of "
+            f"{{min_batch_size, candidate_steps, down_hysteresis, up_hysteresis}}, got "
+            f"{batch_slots!r}"
+        )
+    specs = []
+    for i, entry in enumerate(batch_slots):
+        where = f"batch_slots[{i}]."
+        known = {"min_batch_size", "candidate_steps", "down_hysteresis", "up_hysteresis"}
+        if not isinstance(entry, dict) or not set(entry) <= known or "min_batch_size" not in entry:
+            raise ScenarioError(
+                f"speculation.policy.params.{where[:-1]}: a mapping with min_batch_size and any "
+                f"of candidate_steps, down_hysteresis, up_hysteresis, got {entry!r}"
+            )
+        _check_range(f"{where}min_batch_size", entry["min_batch_size"], 1, 1 << 20)
+        specs.append(
+            (
+                int(entry["min_batch_size"]),
+                entry.get("candidate_steps"),
+                float(entry.get("down_hysteresis", SGLANG_DOWN_HYSTERESIS)),
+                float(entry.get("up_hysteresis", SGLANG_UP_HYSTERESIS)),
+                where,
+            )
+        )
+    lowest = [spec[0] for spec in specs]
+    if lowest[0] != 1 or lowest != sorted(set(lowest)):
+        raise ScenarioError(
+            "speculation.policy.params.batch_slots: min_batch_size must start at 1 and rise, "
+            f"got {lowest}"
+        )
+    return specs
 
 
 #: Step times of a verify step for a batch of b sequences each verifying k = 0..k_max drafts,
-#: with the batch's context tokens (one entry per k): the cost model's own physics.
+#: with the batch's context tokens (one entry per k, or two rows: no sequence and every sequence
+#: accepting all its drafts): the cost model's own physics.
 StepTime = Callable[[int, int, int], FloatArray]
 
 
@@ -347,8 +499,8 @@ class GoodputPolicy(SpeculationPolicy):
     (1 - α)``, Leviathan et al. 2023 eq. 1) and ``T`` the cost model's step time."""
 
     name = "goodput"
-    batch_dependent = True
     learns = True
+    reads_batch = True
 
     def __init__(
         self,
@@ -374,6 +526,7 @@ class GoodputPolicy(SpeculationPolicy):
         self.step_time = step_time
         self.since_update = update_interval  # decide at the first step
         self.current = k_max
+        self._depths = np.arange(k_max + 1, dtype=np.float64)
 
     def choose(self, view: BatchView) -> IntArray:
         if self.since_update >= self.update_interval:
@@ -384,23 +537,53 @@ class GoodputPolicy(SpeculationPolicy):
     def _best_k(self, view: BatchView) -> int:
         alpha = np.clip(self.accepted_ema[view.ids] / self.tried_ema[view.ids], 0.0, 0.999)
         context = int(view.computed.sum())
-        ks = np.arange(self.k_max + 1)
-        tokens = ((1.0 - alpha[None, :] ** (ks[:, None] + 1)) / (1.0 - alpha[None, :])).sum(axis=1)
-        rate = tokens / self.step_time(view.batch_size, self.k_max, context)
+        # Σ_i (1 - α_i^{k+1}) / (1 - α_i) = Σ_{d<=k} Σ_i α_i^d: a running sum of power sums.
+        power_sums = np.power.outer(alpha, self._depths).sum(axis=0)
+        tokens = np.cumsum(power_sums)
+        seconds = self.step_time(view.batch_size, self.k_max, context)
+        if seconds.ndim == 2:
+            # Rows: no sequence / every sequence accepting all k drafts; a sequence does with
+            # probability α_i^k, so the expected step time lies between, in that share.
+            share = power_sums / max(len(view.ids), 1)
+            seconds = seconds[0] + share * (seconds[1] - seconds[0])
+        rate = tokens / seconds
         return int(np.argmax(rate))  # the smallest k among equals
 
     def holds_for(self) -> int:
         return max(1, self.update_interval - self.since_update)
 
+    def snapshot(self) -> Any:
+        return (self.current, self.since_update)
+
+    def adopt(
+        self, snapshot: Any, start: int, ids: IntArray, proposed: IntArray, accepted: IntArray
+    ) -> SpeculationPolicy:
+        # The EMAs learn the same from every applied step whoever observes them; the decision
+        # and its age come from the fork's record at ``start``.
+        self.observe(ids, proposed, accepted)
+        self.current, since = snapshot
+        self.since_update = min(since + proposed.shape[1] - start, self.update_interval)
+        return self
+
+    def fork(self) -> GoodputPolicy:
+        twin = copy.copy(self)
+        twin.accepted_ema = self.accepted_ema.copy()
+        twin.tried_ema = self.tried_ema.copy()
+        return twin
+
     def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:
-        for j in range(proposed.shape[1]):
-            p, a = proposed[:, j], accepted[:, j]
-            went = p > 0
-            # A chain step tried a + 1 drafts (the last rejected) unless all p were accepted.
-            tried = np.minimum(a + 1, p)
-            rows = ids[went]
-            self.accepted_ema[rows] += self.ema_alpha * (a[went] - self.accepted_ema[rows])
-            self.tried_ema[rows] += self.ema_alpha * (tried[went] - self.tried_ema[rows])
+        # The rows' EMAs gathered once, updated column by column (the same arithmetic as one
+        # step at a time, so fast-forwarded and stepped runs agree to the bit), scattered back.
+        acc, tried_ema = self.accepted_ema[ids], self.tried_ema[ids]
+        # Rows that drafted nothing learn nothing (their step adds an exact zero). A chain step
+        # tried a + 1 drafts (the last rejected) unless all p were accepted.
+        weights = (self.ema_alpha * (proposed > 0)).T
+        tried = np.minimum(accepted + 1, proposed).T
+        for went, a, t in zip(weights, accepted.T, tried, strict=True):
+            acc += went * (a - acc)
+            tried_ema += went * (t - tried_ema)
+        self.accepted_ema[ids] = acc
+        self.tried_ema[ids] = tried_ema
         self.since_update = min(self.since_update + proposed.shape[1], self.update_interval)
 
     def describe(self) -> dict[str, Any]:
@@ -449,6 +632,9 @@ class AdaptivePlan(StepPlan):
     k_max: int
     _requests: Any
     _batch_size: Callable[[], int] | None
+    #: The window last played forward on a fork: rows, planned steps, the fork's state at each
+    #: decision (step index, state after deciding there).
+    _played: tuple[IntArray, IntArray, IntArray, list[tuple[int, Any]]] | None
 
     def __init__(
         self,
@@ -474,6 +660,7 @@ class AdaptivePlan(StepPlan):
         )
         object.__setattr__(self, "_requests", None)
         object.__setattr__(self, "_batch_size", None)
+        object.__setattr__(self, "_played", None)
 
     def bind(self, requests: Any, batch_size: Callable[[], int]) -> None:
         """Read positions and cached tokens from the engine's request table and the batch
@@ -486,13 +673,25 @@ class AdaptivePlan(StepPlan):
         # The prefill emits the first token; verify steps start at decode position 0.
         return np.maximum(self._requests.num_emitted[requests] - 1, 0)
 
-    def _view(self, requests: IntArray, positions: IntArray) -> BatchView:
-        acc = self.acceptance.at(requests, positions)
+    def _view(
+        self,
+        requests: IntArray,
+        positions: IntArray,
+        moved: IntArray | int = 0,
+        gone: int = 0,
+        reads_ahead: bool = True,
+    ) -> BatchView:
+        """The batch at ``positions``; ``moved``: tokens each row emitted since the engine's
+        state was read (a decoding row's cached tokens grow by what it emits); ``gone``: rows
+        finished since (the batch is that much smaller)."""
+        # acc_len: what the target will accept (lookup reads it; of the policies, the oracle).
+        acc = self.acceptance.at(requests, positions) if reads_ahead else positions
         assert self._batch_size is not None and self._requests is not None
-        computed = self._requests.num_computed_tokens[requests]
-        return BatchView(self._batch_size(), requests, positions, computed, acc)
+        computed = self._requests.num_computed_tokens[requests] + moved
+        return BatchView(self._batch_size() - gone, requests, positions, computed, acc)
 
     def lookup(self, requests: IntArray, step_index: IntArray) -> tuple[IntArray, IntArray]:
+        object.__setattr__(self, "_played", None)  # a general step follows, not the window
         positions = self._positions(requests)
         view = self._view(requests, positions)
         k = self.policy.choose(view)
@@ -507,8 +706,22 @@ class AdaptivePlan(StepPlan):
         policy = self.policy if forked is None else forked
         if forked is not None:
             forked.observe(requests, (k * ahead)[:, None], (accepted * ahead)[:, None])
-        after = self._view(requests, positions + (accepted + 1) * ahead)
-        k_next = policy.choose(after)
+        moved = (accepted + 1) * ahead
+        after = self._view(requests, positions + moved, moved)
+        if policy.reads_batch:
+            # The batch of the next step: without the rows this step finishes.
+            remaining = (
+                self._requests.output_tokens[requests] - self._requests.num_emitted[requests]
+            )
+            live = ~ahead | (moved < remaining)
+            k_next = np.zeros(len(requests), dtype=np.int64)
+            k_next[live] = policy.choose(
+                self._view(
+                    requests[live], (positions + moved)[live], moved[live], int((~live).sum())
+                )
+            )
+        else:
+            k_next = policy.choose(after)
         return (
             np.where(ahead, k_next, k),
             np.where(ahead, np.minimum(after.acc_len - 1, k_next), accepted),
@@ -530,9 +743,32 @@ class AdaptivePlan(StepPlan):
         before = np.zeros(len(requests), dtype=np.int64)
         proposed = np.zeros((len(requests), num_steps), dtype=np.int64)
         accepted = np.zeros((len(requests), num_steps), dtype=np.int64)
+        start_positions = positions
+        # What the fork observed (steps past a row's end masked, as the engine applies them).
+        seen_proposed = np.zeros_like(proposed)
+        seen_accepted = np.zeros_like(accepted)
+        snapshots: list[tuple[int, Any]] = []
         j = 0
         while j < num_steps:
-            k = policy.choose(self._view(requests, positions))
+            if policy.reads_batch:
+                # The batch at this decision: the rows not finished yet (a stretch runs on past
+                # finishes only when no one waits to take their place).
+                live = before < remaining
+                k = np.zeros(len(requests), dtype=np.int64)
+                k[live] = policy.choose(
+                    self._view(
+                        requests[live],
+                        positions[live],
+                        (positions - start_positions)[live],
+                        int((~live).sum()),
+                        policy.clairvoyant,
+                    )
+                )
+            else:
+                moved = positions - start_positions
+                k = policy.choose(self._view(requests, positions, moved, 0, policy.clairvoyant))
+            if forked is not None:
+                snapshots.append((j, forked.snapshot()))
             # Steps over which the choice holds: the planner kept the window within
             # holds_for() of a policy it cannot play forward; a fork says its own.
             if policy.clairvoyant:
@@ -550,9 +786,18 @@ class AdaptivePlan(StepPlan):
                 chunk = accepted[:, j : j + hold]
                 emitted = np.cumsum(chunk + 1, axis=1)
                 active = (before[:, None] + emitted - chunk - 1) < remaining[:, None]
-                forked.observe(requests, proposed[:, j : j + hold] * active, chunk * active)
+                seen_proposed[:, j : j + hold] = proposed[:, j : j + hold] * active
+                seen_accepted[:, j : j + hold] = chunk * active
+                forked.observe(
+                    requests, seen_proposed[:, j : j + hold], seen_accepted[:, j : j + hold]
+                )
                 before += emitted[:, -1]
             j += hold
+        object.__setattr__(
+            self,
+            "_played",
+            None if forked is None else (requests, seen_proposed, seen_accepted, snapshots),
+        )
         return proposed, accepted
 
     def holds_for(self) -> int:
@@ -561,6 +806,26 @@ class AdaptivePlan(StepPlan):
         return self.policy.holds_for()
 
     def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:
+        """The engine applied these steps. When they are the first steps of the window last
+        played forward, the policy takes the fork's state at its last decision before the cut
+        and observes the rest: it then decided where and as stepping one step at a time would
+        have (a policy that decides in :meth:`SpeculationPolicy.choose` needs the batch at the
+        decision, which only the window saw)."""
+        played = self._played
+        object.__setattr__(self, "_played", None)
+        length = proposed.shape[1]
+        if played is not None:
+            rows, planned_proposed, planned_accepted, snapshots = played
+            if (
+                0 < length <= planned_proposed.shape[1]
+                and np.array_equal(rows, ids)
+                and np.array_equal(planned_proposed[:, :length], proposed)
+                and np.array_equal(planned_accepted[:, :length], accepted)
+            ):
+                start, state = max((s for s in snapshots if s[0] < length), key=lambda s: s[0])
+                adopted = self.policy.adopt(state, start, ids, proposed, accepted)
+                object.__setattr__(self, "policy", adopted)
+                return
         self.policy.observe(ids, proposed, accepted)
 
 
@@ -611,6 +876,7 @@ def build_policy(
             "warmup_batches",
             "down_hysteresis",
             "up_hysteresis",
+            "batch_slots",
         ),
         "goodput": ("prior_alpha", "ema_alpha", "update_interval"),
         "oracle": (),
@@ -642,10 +908,39 @@ def build_policy(
     return OraclePolicy(k_max)
 
 
+#: The tabulated step time's context bins: the batch's mean cached tokens per sequence, rounded
+#: to this many tokens (a bin moves the attention term of a step by well under a percent at the
+#: contexts served, and the goodput argmax over k by less).
+CONTEXT_BIN_TOKENS = 128
+
+
+class TabulatedStepTime:
+    """:data:`StepTime` computed once per (batch size, mean-context bin) and looked up after:
+    the goodput policy asks at every decision, and a run meets a few hundred distinct keys.
+    The context is taken at the bin's centre, so two asks in one bin get the same answer."""
+
+    def __init__(self, step_time: StepTime) -> None:
+        self.step_time = step_time
+        self.table: dict[tuple[int, int, int], FloatArray] = {}
+
+    def __call__(self, b: int, k_max: int, context: int) -> FloatArray:
+        per_seq = round(float(context) / max(b, 1) / CONTEXT_BIN_TOKENS)
+        key = (int(b), int(k_max), per_seq)
+        found = self.table.get(key)
+        if found is None:
+            centre = per_seq * CONTEXT_BIN_TOKENS * max(b, 1)
+            found = self.table[key] = self.step_time(b, k_max, centre)
+        return found
+
+
 def cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode: int) -> StepTime:
     """:data:`StepTime` from the run's own cost model and drafter: a verify step of ``b``
     sequences, each computing ``1 + extra + k`` tokens over ``context`` cached tokens in all,
-    plus the drafting of the next step's k drafts."""
+    plus the drafting of the next step's k drafts (tabulated: :class:`TabulatedStepTime`)."""
+    return TabulatedStepTime(_cost_model_step_time(cost_model, drafter, extra_tokens_per_decode))
+
+
+def _cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode: int) -> StepTime:
     from sim.cost_model import StepShape
 
     def step_time(b: int, k_max: int, context: int) -> FloatArray:
@@ -660,8 +955,13 @@ def cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode:
         )
         parts = cost_model.breakdown(shape)
         total = sum(np.asarray(parts[key], dtype=np.float64) for key in parts if key != "draft_s")
-        work = DraftWork(np.full(k.size, b), b * (k + 1), np.full(k.size, context), 0 * k, b * k)
-        draft = np.asarray(drafter.draft_time_s(work), dtype=np.float64)
+        # Drafting with no sequence and with every sequence fully accepted (a draft model then
+        # runs one more forward to keep its KV in step): the policy weighs the two rows.
+        seqs, context_tokens = np.full(2 * k.size, b), np.full(2 * k.size, context)
+        full = np.concatenate((0 * k, np.full(k.size, b)))
+        ks = np.concatenate((k, k))
+        work = DraftWork(seqs, b * (ks + 1), context_tokens, full, b * ks)
+        draft = np.asarray(drafter.draft_time_s(work), dtype=np.float64).reshape(2, k.size)
         return np.asarray(total + np.where(k > 0, draft, 0.0), dtype=np.float64)
 
     return step_time

@@ -11,20 +11,20 @@ full every draft forward. Per speculative step it runs ``depth`` forwards:
 * a static tree (``tree.shape`` ``[w1, …, wd]``) runs forward ``j`` over the ``Π_{i≤j} w_i`` nodes
   of level ``j``;
 * EAGLE-2's dynamic tree (Li et al. 2024, arXiv:2406.16858; ``tree: {topk, depth,
-  num_draft_tokens}``) runs ``depth − 1`` forwards over the ``topk`` expanded nodes per sequence,
-  and the verify step carries the ``num_draft_tokens`` best nodes; its acceptance is that of the
-  effective static tree from :func:`sim.acceptance.eagle2_effective_proposal`.
+  num_draft_tokens}`` as SGLang's ``--speculative-eagle-topk``, ``--speculative-num-steps``,
+  ``--speculative-num-draft-tokens``) runs ``depth − 1`` forwards over the ``topk`` expanded
+  nodes per sequence, and the verify step carries the ``num_draft_tokens − 1`` best nodes and the
+  root; its acceptance is that of a tree built per step from the draft's confidence
+  (:mod:`sim.acceptance.dynamic_tree`).
 
 The head's KV (one layer) lives in the target's pool; it runs at the target's TP degree.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from sim.acceptance import eagle2_effective_proposal
+from sim.acceptance.dynamic_tree import DynamicTree, DynamicTreeModel
 from sim.acceptance.plan import AcceptanceModel, Proposal
 from sim.catalogue import BF16_BYTES, Model
 from sim.drafting.base import BuildContext, FloatArray
@@ -68,8 +68,12 @@ def tree_level_nodes(proposal: Proposal) -> list[float]:
     return [float(n) for n in np.cumprod(widths)[:-1]]
 
 
-def tree_proposal(ctx: BuildContext, rates: Any) -> tuple[Proposal, list[float]]:
-    """The proposal and per-forward nodes for ``speculation`` (chain, static or dynamic tree).
+def tree_proposal(
+    ctx: BuildContext, acceptance: AcceptanceModel
+) -> tuple[Proposal, list[float], AcceptanceModel]:
+    """The proposal, per-forward nodes and acceptance for ``speculation`` (chain, static tree or
+    EAGLE-2 dynamic tree; a dynamic tree's acceptance is :class:`DynamicTreeModel` over the
+    chain's rates).
 
     Raise ScenarioError if a dynamic tree is given for a method that drafts static trees.
     """
@@ -88,19 +92,14 @@ def tree_proposal(ctx: BuildContext, rates: Any) -> tuple[Proposal, list[float]]
             if tree.topk is None or tree.depth is None or tree.num_draft_tokens is None:
                 raise InvariantError("speculation.tree: the schema let through a partial tree")
             topk, depth, num_draft_tokens = tree.topk, tree.depth, tree.num_draft_tokens
-        proposal = eagle2_effective_proposal(topk, depth, num_draft_tokens, rates)
+        shape = DynamicTree(topk, depth, num_draft_tokens)
         # depth − 1 forwards over the top-k nodes expanded at each level.
-        return proposal, [float(topk)] * (depth - 1)
+        return shape.proposal(), [float(topk)] * (depth - 1), DynamicTreeModel(acceptance, shape)
     if tree is not None and tree.shape is not None:
         proposal = Proposal.static_tree(tree.shape)
-        return proposal, tree_level_nodes(proposal)
+        return proposal, tree_level_nodes(proposal), acceptance
     proposal = Proposal.chain(spec.num_speculative_tokens)
-    return proposal, tree_level_nodes(proposal)
-
-
-def conditional_rates_of(acceptance: AcceptanceModel) -> Any:
-    """The chain's conditional rates if the model has them (EAGLE-2 ranks its tree with them)."""
-    return getattr(acceptance, "conditional_rates", None)
+    return proposal, tree_level_nodes(proposal), acceptance
 
 
 class EagleStrategy(ForwardProposer):
@@ -171,8 +170,7 @@ def build_eagle(ctx: BuildContext) -> EagleStrategy:
 
     Raise ScenarioError if the tree form does not suit the method.
     """
-    acceptance = ctx.acceptance()
-    proposal, level_nodes = tree_proposal(ctx, conditional_rates_of(acceptance))
+    proposal, level_nodes, acceptance = tree_proposal(ctx, ctx.acceptance())
     cost = NetworkCost(eagle1_network(ctx.model), ctx.cost_model, ctx.tp)
     return EagleStrategy(
         ctx.method,

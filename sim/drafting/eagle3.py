@@ -15,7 +15,6 @@ from sim.catalogue import BF16_BYTES, Model
 from sim.drafting.base import BuildContext
 from sim.drafting.eagle import (
     EagleStrategy,
-    conditional_rates_of,
     head_kv_bytes_per_token,
     tree_proposal,
 )
@@ -57,8 +56,7 @@ def build_eagle3(ctx: BuildContext) -> EagleStrategy:
 
     Raise ScenarioError if the tree form does not suit the method.
     """
-    acceptance = ctx.acceptance()
-    proposal, level_nodes = tree_proposal(ctx, conditional_rates_of(acceptance))
+    proposal, level_nodes, acceptance = tree_proposal(ctx, ctx.acceptance())
     first, later = eagle3_networks(ctx.model)
     return EagleStrategy(
         "eagle3",

@@ -14,7 +14,6 @@ from sim.catalogue import BF16_BYTES, Model, get_model, model_names
 from sim.drafting.base import BuildContext
 from sim.drafting.eagle import (
     EagleStrategy,
-    conditional_rates_of,
     head_kv_bytes_per_token,
     tree_proposal,
 )
@@ -63,8 +62,7 @@ def build_mtp(ctx: BuildContext) -> EagleStrategy:
             f"{ctx.model.name} has none. Catalogue models with MTP: "
             f"{', '.join(shipped) or 'none'}; give the model inline with num_mtp_modules set"
         )
-    acceptance = ctx.acceptance()
-    proposal, level_nodes = tree_proposal(ctx, conditional_rates_of(acceptance))
+    proposal, level_nodes, acceptance = tree_proposal(ctx, ctx.acceptance())
     cost = NetworkCost(mtp_network(ctx.model), ctx.cost_model, ctx.tp)
     return EagleStrategy(
         "mtp",

@@ -12,7 +12,7 @@ its reduced lm_head, launch) are paid once. A chain only: the single pass yields
 from __future__ import annotations
 
 from sim.drafting.base import BuildContext, FloatArray
-from sim.drafting.eagle import EagleStrategy, conditional_rates_of, tree_proposal
+from sim.drafting.eagle import EagleStrategy, tree_proposal
 from sim.drafting.eagle3 import eagle3_networks
 from sim.drafting.network import NetworkCost
 from sim.drafting.overheads import load_draft_overheads
@@ -55,8 +55,7 @@ def build_parallel_eagle(ctx: BuildContext) -> ParallelEagleStrategy:
         raise ScenarioError(
             "speculation.tree: parallel drafting proposes one chain per pass; remove tree"
         )
-    acceptance = ctx.acceptance()
-    proposal, _ = tree_proposal(ctx, conditional_rates_of(acceptance))
+    proposal, _, acceptance = tree_proposal(ctx, ctx.acceptance())
     first, _later = eagle3_networks(ctx.model)
     cost = NetworkCost(first, ctx.cost_model, ctx.tp)
     return ParallelEagleStrategy(

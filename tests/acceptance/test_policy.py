@@ -11,6 +11,7 @@ Why the numbers are right:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,28 @@ def test_sglang_rule_on_a_hand_worked_sequence() -> None:
     assert policy.current == 3
 
 
+def test_sglang_batch_slots_learn_apart() -> None:
+    """PR #24055: each batch-size range has its own EMA and step count. Batches of 4 that accept
+    nothing drive their slot down to 1; the slot from 64 keeps the configured 5 (no batch of its
+    size was seen), and a batch of 100 reads that slot."""
+    policy = SglangEmaPolicy(5, warmup_batches=0, update_interval=1, batch_slots="sglang")
+    assert [slot.steps for slot in policy.slots] == [(1, 3, 5), (1, 2, 5), (1, 2, 5)]
+    assert policy.batch_dependent
+    small = np.full((4, 1), 5, dtype=np.int64)
+    # ema = 4 * 0.8^n falls to 0.22 <= 1 - 0.5 - 0.25 at n = 13: the slot drops to 1.
+    for _ in range(13):
+        policy.observe(np.arange(4), small, 0 * small)
+    from sim.acceptance.policy import BatchView
+
+    def view(b: int) -> BatchView:
+        zeros = np.zeros(b, dtype=np.int64)
+        return BatchView(b, np.arange(b), zeros, zeros, zeros + 1)
+
+    assert policy.choose(view(4))[0] == 1
+    assert policy.choose(view(100))[0] == 5
+    assert policy.slots[1].batch_count == 0
+
+
 def test_goodput_policy_turns_speculation_off_when_drafts_are_rejected() -> None:
     def step_time(b: int, k_max: int, context: int) -> np.ndarray:
         # Verify cost grows with the tokens; drafting adds a fixed 40 % per step.
@@ -138,10 +161,18 @@ def test_goodput_policy_turns_speculation_off_when_drafts_are_rejected() -> None
         ("disable-above-batch", {}, "params.max_batch_size"),
         ("oracle", {"k": 2}, "params.k"),
         ("goodput", {"update_interval": 0}, "params.update_interval"),
+        ("sglang-ema", {"batch_slots": "vllm"}, "params.batch_slots"),
+        ("sglang-ema", {"batch_slots": [{"min_batch_size": 4}]}, "params.batch_slots"),
+        ("sglang-ema", {"batch_slots": [{"min_batch_size": 1, "up": 1}]}, "batch_slots[0]"),
+        (
+            "sglang-ema",
+            {"batch_slots": [{"min_batch_size": 1}, {"min_batch_size": 8, "up_hysteresis": 3}]},
+            "params.batch_slots[1].up_hysteresis",
+        ),
     ],
 )
 def test_bad_parameters_name_their_key(name: str, params: dict[str, Any], key: str) -> None:
-    with pytest.raises(ScenarioError, match=key.replace(".", r"\.")):
+    with pytest.raises(ScenarioError, match=re.escape(key)):
         build_policy(name, params, 3, 4, lambda b, k, c: np.ones(k + 1))
 
 
@@ -231,6 +262,17 @@ def test_chain_sampler_is_lossless_when_k_changes_every_step() -> None:
     "policy",
     [
         {"name": "sglang-ema", "params": {"warmup_batches": 2, "update_interval": 3}},
+        {
+            "name": "sglang-ema",
+            "params": {
+                "warmup_batches": 2,
+                "update_interval": 3,
+                "batch_slots": [
+                    {"min_batch_size": 1},
+                    {"min_batch_size": 3, "candidate_steps": [1, 2], "down_hysteresis": 0.3},
+                ],
+            },
+        },
         {"name": "goodput"},
         {"name": "oracle"},
         {"name": "disable-above-batch", "params": {"max_batch_size": 3}},
