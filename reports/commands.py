@@ -411,7 +411,9 @@ def register(app: typer.Typer) -> None:
         max_requests: Annotated[
             int | None,
             typer.Option(
-                "--max-requests", min=300, help="Longest run of an undecided probe (4x --requests)."
+                "--max-requests",
+                min=300,
+                help="Longest run of an undecided probe (10x --requests).",
             ),
         ] = None,
         goodput: Annotated[
