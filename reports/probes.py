@@ -4,9 +4,11 @@ A probe at rate λ runs each seed with ``base_requests`` Poisson requests, measu
 window (:data:`PROBE_TRIM_FRACTIONS`: the first 20% and the last 10% of requests excluded), and
 judges each run with :func:`reports.stability.judge_run`, every criterion on its confidence
 interval. A seed whose verdict is *undecided* runs again :data:`GROWTH` times longer, up to
-``max_requests`` (the long-run length the answer is read at). A seed still undecided there is
-**undecided for good**: the rate is within the noise of the bound, and it neither holds nor fails
-(no point figure decides it: that is a coin toss at the bound). A run at ``max_requests``
+``max_requests`` (the long-run length the answer is read at); inside a bracket (``direct``),
+where a rate that holds becomes the answer and is confirmed at ``max_requests`` anyway, straight
+there. A seed still undecided there is **undecided for good**: the rate is within the noise of
+the bound, and it neither holds nor fails (no point figure decides it: that is a coin toss at
+the bound). A run at ``max_requests``
 counts as holding only if its point figures on the steady window (what the run's summary shows)
 hold too, and as failing only if they fail too; where the interval and the point disagree it is
 undecided.
@@ -14,6 +16,7 @@ undecided.
 Seeds combine conservatively: the rate holds only if it holds in **every** seed, so one decided
 failure settles the probe and the other seeds' longer runs are skipped; once a seed is undecided
 for good the rate cannot hold, and the others get one run each (a failure there still counts).
+Seeds are lengthened one at a time, the one whose point figures fail first.
 A probe may name a *lead* seed (the one that failed at the method's last failing rate: with
 common random numbers the same arrivals come back, scaled, at every rate, so the seed with the
 worst bursts stays the worst): it runs alone until it is decided, and the others only if it
@@ -147,6 +150,9 @@ class Probe:
     runs: dict[int, list[SeedRun]] = field(default_factory=dict)
     #: CONFIRM_HOLDS or CONFIRM_FAILS once the rate is the answer or the first rate above it.
     confirm: str | None = None
+    #: Lengthen an undecided seed straight to ``max_requests`` (inside a bracket, where a rate
+    #: that holds becomes the answer and would be confirmed there anyway).
+    direct: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.base_requests <= self.max_requests:
@@ -189,7 +195,8 @@ class Probe:
         if run is None:
             return self.base_requests
         if run.verdict == UNDECIDED and run.num_requests < self.max_requests:
-            return min(GROWTH * run.num_requests, self.max_requests)
+            growth = self.max_requests if self.direct else GROWTH * run.num_requests
+            return min(growth, self.max_requests)
         return None
 
     def pending(self) -> list[tuple[int, int]]:
@@ -224,7 +231,16 @@ class Probe:
             length = self._next_length(seed)
             if length is not None:
                 needed.append((seed, length))
-        return needed
+        if any(length == self.base_requests for _, length in needed):
+            return [(s, n) for s, n in needed if n == self.base_requests]
+        # Longer runs one seed at a time, the likeliest to fail first (its point figures fail):
+        # a failure or an undecided-for-good seed settles the probe without the others.
+        needed.sort(key=lambda item: self._point(item[0]) != FAILS)
+        return needed[:1]
+
+    def _point(self, seed: int) -> str | None:
+        run = self.last(seed)
+        return None if run is None else run.judgement.get("point_verdict")
 
     def _lead_first(self) -> list[int]:
         return sorted(self.seeds, key=lambda s: s != self.lead)

@@ -182,6 +182,17 @@ def test_a_seed_undecided_for_good_leaves_one_run_to_each_other_seed() -> None:
     assert probe.outcome is False
 
 
+def test_longer_runs_go_one_seed_at_a_time_the_likeliest_failure_first() -> None:
+    probe = Probe(10.0, [0, 1, 2], base_requests=500, max_requests=5000)
+    probe.record(0, 500, _outcome("undecided", point="holds"))
+    probe.record(1, 500, _outcome("undecided", point="fails"))
+    assert probe.pending() == [(2, 500)]  # first runs all at once
+    probe.record(2, 500, _outcome("undecided", point="holds"))
+    assert probe.pending() == [(1, 2000)]
+    probe.record(1, 2000, _outcome("fails"))
+    assert probe.pending() == [] and probe.outcome is False  # the others never ran longer
+
+
 def test_confirmation_runs_the_answer_in_every_seed_and_the_rate_above_until_one_fails() -> None:
     answer = Probe(10.0, [0, 1, 2], base_requests=500, max_requests=5000, lead=2)
     for seed in (0, 1, 2):
@@ -340,7 +351,13 @@ def test_plan_end_to_end_and_its_answer_holds_in_a_ten_times_longer_run(
     (row,) = plan["methods"]
     low, high = row["bracket_low_per_s"], row["bracket_high_per_s"]
     assert row["status"] == "ok" and row["max_rate_per_s"] == low < high
-    assert high - low <= 0.1 * high
+    assert row["first_rate_above_per_s"] == high
+    assert row["resolution"] == pytest.approx(high / low - 1)
+    # Each gap around the rates undecided at the longest runs is within the tolerance.
+    gray = row["undecided_rates_per_s"]
+    assert all(low < rate < high for rate in gray)
+    ceiling, floor = (gray[0], gray[-1]) if gray else (high, low)
+    assert ceiling - low <= 0.1 * ceiling and high - floor <= 0.1 * high
     # Nodes: the estimate is where the fleet search starts; the answer is verified by fleet runs
     # at 500 req/s: N holds in every seed and N - 1 does not.
     assert row["nodes_estimate"] == math.ceil(500 / low)
