@@ -111,10 +111,10 @@ def _advance(plan: MethodPlan, seeds: list[int], base: int, maximum: int) -> lis
                 if plan.current is None:
                     return []
             else:
-                bracketed = plan.search.holds_at is not None and plan.search.fails_at is not None
                 plan.current = Probe(
-                    rate, list(seeds), base, maximum, lead=plan.lead_seed, direct=bracketed
-                )
+                    rate, list(seeds), base, maximum, lead=plan.lead_seed,
+                    direct=plan.search.below_ceiling(rate),
+                )  # fmt: skip
         pending = plan.current.pending()
         if pending:
             return pending

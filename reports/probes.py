@@ -4,11 +4,11 @@ A probe at rate λ runs each seed with ``base_requests`` Poisson requests, measu
 window (:data:`PROBE_TRIM_FRACTIONS`: the first 20% and the last 10% of requests excluded), and
 judges each run with :func:`reports.stability.judge_run`, every criterion on its confidence
 interval. A seed whose verdict is *undecided* runs again :data:`GROWTH` times longer, up to
-``max_requests`` (the long-run length the answer is read at); inside a bracket (``direct``),
-where a rate that holds becomes the answer and is confirmed at ``max_requests`` anyway, straight
-there. A seed still undecided there is **undecided for good**: the rate is within the noise of
-the bound, and it neither holds nor fails (no point figure decides it: that is a coin toss at
-the bound). A run at ``max_requests``
+``max_requests`` (the long-run length the answer is read at); in the bracket's lower gap
+(``direct``), where a rate that holds becomes the answer and is confirmed at ``max_requests``
+anyway, straight there. A seed still undecided there is **undecided for good**: the rate is
+within the noise of the bound, and it neither holds nor fails (no point figure decides it: that
+is a coin toss at the bound). A run at ``max_requests``
 counts as holding only if its point figures on the steady window (what the run's summary shows)
 hold too, and as failing only if they fail too; where the interval and the point disagree it is
 undecided.
@@ -150,8 +150,8 @@ class Probe:
     runs: dict[int, list[SeedRun]] = field(default_factory=dict)
     #: CONFIRM_HOLDS or CONFIRM_FAILS once the rate is the answer or the first rate above it.
     confirm: str | None = None
-    #: Lengthen an undecided seed straight to ``max_requests`` (inside a bracket, where a rate
-    #: that holds becomes the answer and would be confirmed there anyway).
+    #: Lengthen an undecided seed straight to ``max_requests`` (in the bracket's lower gap,
+    #: where a rate that holds becomes the answer and would be confirmed there anyway).
     direct: bool = False
 
     def __post_init__(self) -> None:

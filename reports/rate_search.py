@@ -71,6 +71,14 @@ class RateSearch:
         held = [r for r, v in self.verdicts.items() if v and (ceiling is None or r < ceiling)]
         return max(held, default=None)
 
+    def below_ceiling(self, rate_per_s: float) -> bool:
+        """Whether ``rate_per_s`` lies in the bracket's lower gap, between the highest rate that
+        held and the lowest undecided or failing one: a rate that holds there is the answer."""
+        lo, hi, gray = self.holds_at, self.fails_at, self.undecided
+        if lo is None or hi is None:
+            return False
+        return lo < rate_per_s < (gray[0] if gray else hi)
+
     def _factor(self) -> float:
         """The bracketing move after ``num_recorded`` probes: ``1 + first_step · 2^(k−1)``,
         at most 2."""

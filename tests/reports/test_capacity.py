@@ -130,6 +130,8 @@ def test_a_longer_run_replaces_a_rates_verdict() -> None:
     assert search.holds_at is None and search.undecided == [10.0]
     search.record(9.0, True)
     assert (search.holds_at, search.fails_at, search.undecided) == (9.0, 11.0, [10.0])
+    # Only a rate in the lower gap, where holding makes it the answer, goes straight to the end.
+    assert search.below_ceiling(9.5) and not search.below_ceiling(10.5)
 
 
 def test_the_search_gives_up_at_its_limits() -> None:
