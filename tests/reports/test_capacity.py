@@ -144,9 +144,10 @@ def test_the_search_gives_up_at_its_limits() -> None:
 def _outcome(verdict: str, served: float = 10.0, point: str | None = None) -> dict[str, Any]:
     check = {"name": "ttft_p99_ms", "value": 100.0, "low": 90.0, "high": 120.0,
              "limit": "<= 2000", "verdict": verdict}  # fmt: skip
+    point = point or (verdict if verdict != "undecided" else "fails")
     judgement = {"verdict": verdict, "stability": "holds", "offered_rate_req_s": 10.0,
                  "served_rate_req_s": served, "checks": [check],
-                 "point_verdict": point or (verdict if verdict != "undecided" else "fails")}  # fmt: skip
+                 "point_verdict": point}  # fmt: skip
     return {"judgement": judgement, "summary": {"output_throughput_tok_s": 1000.0}}
 
 
