@@ -99,10 +99,9 @@ def _to_confirm(plan: MethodPlan) -> Probe | None:
 
 def _advance(plan: MethodPlan, seeds: list[int], base: int, maximum: int) -> list[tuple[int, int]]:
     """Settle finished probes into the search and return the runs ``plan`` needs next. Once the
-    search has its answer, the answer runs again at ``maximum`` requests in every seed that
-    held there on a shorter run, and the first rate above it in its failing seed: the rates a
-    plan reports are the ones a user bets on, so they are judged on the longest runs (if those
-    refute them, the search goes on)."""
+    search has its answer, it runs at ``maximum`` requests in every seed, and the first rate
+    above it in a failing seed: the rates a plan reports are the ones a user bets on, so they
+    are judged on the longest runs (if those refute them, the search goes on)."""
     while plan.reason is None:
         if plan.current is None:
             rate = plan.search.next_rate()
@@ -111,10 +110,8 @@ def _advance(plan: MethodPlan, seeds: list[int], base: int, maximum: int) -> lis
                 if plan.current is None:
                     return []
             else:
-                plan.current = Probe(
-                    rate, list(seeds), base, maximum, lead=plan.lead_seed,
-                    direct=plan.search.below_ceiling(rate),
-                )  # fmt: skip
+                direct = plan.search.below_ceiling(rate)
+                plan.current = Probe(rate, seeds[:], base, maximum, plan.lead_seed, direct=direct)
         pending = plan.current.pending()
         if pending:
             return pending

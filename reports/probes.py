@@ -8,16 +8,15 @@ interval. A seed whose verdict is *undecided* runs again :data:`GROWTH` times lo
 (``direct``), where a rate that holds becomes the answer and is confirmed at ``max_requests``
 anyway, straight there. A seed still undecided there is **undecided for good**: the rate is
 within the noise of the bound, and it neither holds nor fails (no point figure decides it: that
-is a coin toss at the bound). A run at ``max_requests``
-counts as holding only if its point figures on the steady window (what the run's summary shows)
-hold too, and as failing only if they fail too; where the interval and the point disagree it is
-undecided.
+is a coin toss at the bound). A run at ``max_requests`` counts as holding only if its point
+figures on the steady window (what the run's summary shows) hold too, and as failing only if they
+fail too; where the interval and the point disagree it is undecided.
 
 Seeds combine conservatively: the rate holds only if it holds in **every** seed, so one decided
 failure settles the probe and the other seeds' longer runs are skipped; once a seed is undecided
 for good the rate cannot hold, and the others get one run each (a failure there still counts).
-Seeds are lengthened one at a time, the one whose point figures fail first.
-A probe may name a *lead* seed (the one that failed at the method's last failing rate: with
+Seeds are lengthened one at a time, the one whose point figures fail first. A probe may name a
+*lead* seed (the one that failed at the method's last failing rate: with
 common random numbers the same arrivals come back, scaled, at every rate, so the seed with the
 worst bursts stays the worst): it runs alone until it is decided, and the others only if it
 holds.
