@@ -3,14 +3,15 @@
 Runs ``python -m sim plan --methods none,eagle3,ngram --target-qps 100`` on the embedded default
 scenario under its own SLO (the README's: TTFT p99 <= 2000 ms, TPOT p50 <= 50 ms) with the
 command's defaults: three seeds per probed rate that must all hold, probes of 2,000 requests
-lengthened up to 8,000 while undecided, a 5% bracket, one local process per core, and the
-winner's node count verified by fleet runs at 100 req/s. The plan runs in a fresh process, so
-the wall time is the whole command's (interpreter start-up, imports, workers, fleet runs).
-Prints each method's saturation throughput (where its search starts), max rate, interval,
-per-seed rates, how each seed was decided at the max, the runs and simulated requests it took,
-the verified fleet, the wall time, the load average and the CPU time of the command and its
-workers (on a shared machine the CPU time over the number of cores is the wall time the plan
-would take alone). The budget is 60 s on two cores. Usage::
+lengthened four-fold up to 20,000 while undecided, a 5% bracket, one local process per core,
+and the winner's node count verified by fleet runs at 100 req/s. The plan runs in a fresh
+process, so the wall time is the whole command's (interpreter start-up, imports, workers, fleet
+runs). Prints each method's saturation throughput (where its search starts), max rate, the first
+rate above it that failed and the resolution between them (with the rates undecided there:
+within the noise of the bound), per-seed rates, how each seed was decided at the max, the runs
+and simulated requests it took, the verified fleet, the wall time, the load average and the CPU
+time of the command and its workers (on a shared machine the CPU time over the number of cores
+is the wall time the plan would take alone). The budget is 60 s on two cores. Usage::
 
     python -m benchmarks.bench_plan [--methods none,eagle3,ngram] [--workers N] [--out DIR]
 
@@ -73,13 +74,16 @@ def main(argv: list[str] | None = None) -> int:
         if not row.get("max_rate_per_s"):
             print(f"  {row['method']:<7} {row['status']}: {row['reason']}")
             continue
-        high = row["interval_high_per_s"]
+        above = row["first_rate_above_per_s"]
+        undecided = "/".join(f"{r:.2f}" for r in row["undecided_rates_per_s"]) or "none"
         nodes = row["nodes_needed"] if row["nodes_needed"] is not None else (
             f"~{row['nodes_estimate']}")  # fmt: skip
         print(
             f"  {row['method']:<7} saturation {row['saturation_rate_per_s'] or 0:6.2f}  max "
-            f"{row['max_rate_per_s']:6.2f} req/s  interval [{row['interval_low_per_s']:.2f}, "
-            f"{'inf' if high is None else f'{high:.2f}'}]  per-seed "
+            f"{row['max_rate_per_s']:6.2f} req/s  first above "
+            f"{'-' if above is None else f'{above:.2f}'} (resolution "
+            f"{'-' if above is None else format(row['resolution'], '.1%')}, undecided "
+            f"{undecided})  per-seed "
             f"{_rates(row['per_seed_max_rate_per_s'])} (decided by "
             f"{'/'.join(str(d) for d in row['decided_by_at_max'])})  {row['num_probes']} "
             f"probes, {row['num_runs']} runs, {row['num_simulated_requests']} requests  nodes "

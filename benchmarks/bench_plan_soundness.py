@@ -1,11 +1,13 @@
-"""Is the plan's answer right? Long runs at each method's max rate and at the next probed rate.
+"""Is the plan's answer right? Long runs at each method's max rate and at its first rate above.
 
 For every shipped plan scenario (``scenarios/lib-capacity-plan-chat.yaml`` and the default
 scenario under the README's SLO), plans the methods with the command's defaults, then runs each
 method ten times longer than a probe (every seed, same steady window) at its reported max rate,
-where the SLO must hold in every seed with at least 97% of the offered rate served, and at the
-first probed rate above it, where it must not. Prints one line per long run and a verdict per
-(scenario, method). Usage::
+where the SLO must hold in every seed with at least 97% of the offered rate served and no
+growing backlog, and at the first rate above it that the plan reports (the other end of its
+stated resolution), where it must not. Each long run is also judged as the plan judges its
+longest runs, and the line says whether that verdict is the one the plan claims. Prints one
+line per long run and a verdict per (scenario, method). Usage::
 
     python -m benchmarks.bench_plan_soundness [--workers N] [--factor 10] [--methods ...]
 
@@ -35,13 +37,17 @@ SCENARIOS: tuple[tuple[str, Path | None, str], ...] = (
 
 
 def print_plan(name: str, plan: dict[str, Any]) -> None:
-    """One line per method: max rate, per-seed rates, the bracket's upper end."""
+    """One line per method: max rate, per-seed rates, the first rate above and the resolution."""
     for row in plan["methods"]:
         seeds = "/".join(f"{r:.2f}" for r in row.get("per_seed_max_rate_per_s") or [])
-        rate, above = row["max_rate_per_s"], row["bracket_high_per_s"]
+        rate, above = row["max_rate_per_s"], row.get("first_rate_above_per_s")
+        undecided = "/".join(f"{r:.2f}" for r in row.get("undecided_rates_per_s") or []) or "none"
+        resolution = row.get("resolution")
         print(f"{name} plan: {row['method']:<7} {row['status']:<14} max "
-              f"{'-' if rate is None else f'{rate:.2f}'} req/s, per seed {seeds}, first failing "
-              f"{'-' if above is None else f'{above:.2f}'}")  # fmt: skip
+              f"{'-' if rate is None else f'{rate:.2f}'} req/s, per seed {seeds}, first above "
+              f"{'-' if above is None else f'{above:.2f}'} (resolution "
+              f"{'-' if resolution is None else f'{resolution:.1%}'}, undecided between: "
+              f"{undecided})")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         help="Check the plan already in DIR for scenario NAME instead of planning again.",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    missed = 0
+    missed = mismatched = 0
     for name, path, methods in SCENARIOS:
         if args.scenario and name != args.scenario:
             continue
@@ -82,7 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         for entry in entries:
             want = entry["which"] == "max"
             ok = entry["holds_in_every_seed"] == want
+            # What the plan claims of its own longest runs: holds in every seed at the max,
+            # fails in one seed at the first rate above.
+            verdicts = [run["plan_verdict"] for run in entry["runs"]]
+            claimed = all(v == "holds" for v in verdicts) if want else "fails" in verdicts
             missed += not ok
+            mismatched += not claimed
             print(f"  {entry['method']:<7} {entry['which']:<5} {entry['rate_per_s']:7.2f} req/s: "
                   f"{'holds in every seed' if entry['holds_in_every_seed'] else 'does not hold'} "
                   f"({'as required' if ok else 'MISSED'})")  # fmt: skip
@@ -91,9 +102,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"{key} {value:.4g}" if value is not None else f"{key} -"
                     for key, value in run["values"].items()
                 )
-                print(f"      seed {run['seed']}: served {run['served_share']:.1%}, {values}")
+                print(f"      seed {run['seed']}: served {run['served_share']:.1%}, {values}; "
+                      f"plan's reading: {run['plan_verdict']}")  # fmt: skip
+            if not claimed:
+                print("      the plan's own reading of these runs is not what it claims")
     print("all targets met" if not missed else f"{missed} target(s) missed")
-    return 1 if missed else 0
+    if mismatched:
+        print(f"{mismatched} plan claim(s) not reproduced by the long runs")
+    return 1 if missed or mismatched else 0
 
 
 if __name__ == "__main__":

@@ -8,13 +8,17 @@ and double until the answer is bracketed, then bisects until the bracket is narr
 tolerance. A method whose saturation run cannot be made starts from the scenario's own rate,
 doubling or halving. Each probed rate is a :class:`reports.probes.Probe`: every
 seed runs on a steady window and is judged for stability and the SLO with confidence intervals
-(:mod:`reports.stability`); undecided seeds rerun longer, and the rate holds only if it holds in
-every seed. Methods advance independently in parallel processes: each submits its next runs
-as soon as its previous ones are in.
+(:mod:`reports.stability`); undecided seeds rerun longer up to the long-run length, the rate
+holds only if it holds in every seed, and a rate still undecided there is within the noise of the
+bound: neither held nor failed, it widens the answer's resolution instead of being decided by a
+point figure. The answer is confirmed at the long-run length in every seed, and the first rate
+above it in one failing seed. Methods advance independently in parallel processes: each submits
+its next runs as soon as its previous ones are in.
 
 The answer per method (:mod:`reports.plan_rows`) is the highest rate that held in every seed,
-with each seed's own rate, the interval they span, the figures at that rate, and ties between
-methods whose intervals overlap. A method with no stable rate says so instead of reporting the
+the first rate above it that failed and the resolution between them, with each seed's own
+rate, the interval they span, the figures at that rate, and ties between methods whose
+intervals overlap. A method with no stable rate says so instead of reporting the
 lowest probe. After every finished run the plan so far is saved (``complete: false``), so an
 interrupted plan keeps what it found.
 """
@@ -37,6 +41,9 @@ from reports.intervals import CONFIDENCE
 from reports.plan_output import save_plan
 from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row, verify_nodes
 from reports.probes import (
+    CONFIRM_FAILS,
+    CONFIRM_HOLDS,
+    GROWTH,
     PROBE_TRIM_FRACTIONS,
     Probe,
     probe_document,
@@ -50,8 +57,9 @@ from sim.pool import pool_worker_init
 from sim.scenario import Scenario, validate_document
 
 DEFAULT_PROBE_REQUESTS = 2000
-#: A probe's runs grow by doubling up to this many times the first length.
-DEFAULT_MAX_GROWTH = 4
+#: A probe's longest run, in probe lengths: ten, the length a plan's answer is checked at
+#: (benchmarks/bench_plan_soundness.py), so the answer is confirmed at the length it is read at.
+DEFAULT_MAX_GROWTH = 10
 DEFAULT_SEEDS = 3
 
 Task = tuple[dict[str, Any], str, str, list[Target]]
@@ -73,41 +81,42 @@ def make_executor(workers: int) -> Executor:
     return ProcessPoolExecutor(max_workers=workers, initializer=pool_worker_init)
 
 
-def _unconfirmed(plan: MethodPlan, maximum: int) -> Probe | None:
-    """The probe at the search's answer if some seed held there on a run shorter than
-    ``maximum`` requests (it is taken back out of the finished probes), else None."""
-    rate = plan.search.holds_at
-    at_rate = [p for p in plan.probes if p.rate_per_s == rate]
-    if not at_rate or all(
-        (run := at_rate[-1].last(seed)) is not None and run.num_requests >= maximum
-        for seed in at_rate[-1].seeds
-    ):
-        return None
-    probe = at_rate[-1]
-    plan.probes.remove(probe)
-    probe.confirm = True
-    return probe
+def _to_confirm(plan: MethodPlan) -> Probe | None:
+    """The probe at the search's answer, then the one at the first rate above it, if its
+    outcome was not read at the longest runs (it is taken back out of the finished probes and
+    set to be confirmed there), else None."""
+    search = plan.search
+    for rate, mode in ((search.holds_at, CONFIRM_HOLDS), (search.fails_at, CONFIRM_FAILS)):
+        at_rate = [p for p in plan.probes if p.rate_per_s == rate]
+        if not at_rate or at_rate[-1].confirmed():
+            continue
+        probe = at_rate[-1]
+        plan.probes.remove(probe)
+        probe.confirm = mode
+        return probe
+    return None
 
 
 def _advance(plan: MethodPlan, seeds: list[int], base: int, maximum: int) -> list[tuple[int, int]]:
     """Settle finished probes into the search and return the runs ``plan`` needs next. Once the
-    search has its answer, every seed that held there on a shorter run runs again at
-    ``maximum`` requests: the rate a plan reports is the one a user bets on, so it is judged on
-    the longest runs (if they refute it, the search goes on below it)."""
+    search has its answer, it runs at ``maximum`` requests in every seed, and the first rate
+    above it in a failing seed: the rates a plan reports are the ones a user bets on, so they
+    are judged on the longest runs (if those refute them, the search goes on)."""
     while plan.reason is None:
         if plan.current is None:
             rate = plan.search.next_rate()
             if rate is None:
-                plan.current = _unconfirmed(plan, maximum)
+                plan.current = _to_confirm(plan)
                 if plan.current is None:
                     return []
             else:
-                plan.current = Probe(rate, list(seeds), base, maximum, lead=plan.lead_seed)
+                direct = plan.search.below_ceiling(rate)
+                plan.current = Probe(rate, seeds[:], base, maximum, plan.lead_seed, direct=direct)
         pending = plan.current.pending()
         if pending:
             return pending
         plan.probes.append(plan.current)
-        plan.search.record(plan.current.rate_per_s, plan.current.holds)
+        plan.search.record(plan.current.rate_per_s, plan.current.outcome)
         failing = plan.current.first_failing()
         plan.lead_seed = plan.lead_seed if failing is None else failing
         plan.current = None
@@ -277,9 +286,17 @@ def plan_capacity(
             f"{1 - MAX_OVERLOAD:.0%} of offered; waiting time with no upward trend: slope "
             f"not shown above {MIN_TREND:g} s/s and shown at most {MAX_OVERLOAD:g} s/s) and "
             f"every SLO term holds, each shown at {(1 + CONFIDENCE) / 2:.0%} confidence on a "
-            f"steady window; undecided runs are lengthened up to {maximum} requests, where the "
-            "point figures on the steady window decide (too few requests there: fails); the "
-            f"answer is run again in every seed at {maximum} requests before it is reported"
+            f"steady window; it fails when one of them is shown broken in some seed. An "
+            f"undecided run is lengthened {GROWTH}-fold up to {maximum} requests; undecided "
+            "there, or with its point figures disagreeing, the rate is undecided: within the "
+            "noise of the bound, it neither holds nor fails. The max rate is confirmed in "
+            f"every seed at {maximum} requests, the first rate above it in one seed there"
+        ),
+        "resolution": (
+            "the answer lies between max_rate_per_s (held) and first_rate_above_per_s (failed); "
+            f"the search narrows each gap around undecided rates to {tolerance:g} of the rate, "
+            "and resolution is first_rate_above_per_s / max_rate_per_s - 1: wider than the "
+            "tolerance where undecided rates lie between"
         ),
         "tie_break": "methods whose intervals overlap are tied; among them the winner is the "
         f"first of {', '.join(TIE_BREAK_ORDER)} present, else the highest max rate",

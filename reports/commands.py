@@ -110,7 +110,8 @@ def _rate_list(values: list[float | None] | None) -> str:
 def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Table:
     """The capacity plan as a terminal table: one row per method."""
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    labels = ("method", "max req/s", "interval", "per seed", "served", "stable", "nodes", "$/M tok")
+    labels = ("method", "max req/s", "first above", "interval", "per seed", "served", "stable",
+              "nodes", "$/M tok")  # fmt: skip
     for label in labels:
         table.add_column(
             label,
@@ -126,15 +127,17 @@ def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Ta
             text = {"unsupported": "not run", "no_stable_rate": "no stable rate"}.get(
                 status, status
             )
-            table.add_row(name, text, "", seeds, "", "", "", "")
+            table.add_row(name, text, "", "", seeds, "", "", "", "")
             continue
         served = row.get("served_rate_per_seed_req_s") or []
         offered = row.get("offered_rate_per_seed_req_s") or []
         shares = [s / o for s, o in zip(served, offered, strict=True) if o]
         high = row.get("interval_high_per_s")
+        above, resolution = row.get("first_rate_above_per_s"), row.get("resolution")
         table.add_row(
             name,
             _fmt(row["max_rate_per_s"], 2) + (" (unbounded)" if status == "unbounded" else ""),
+            f"{_fmt(above, 2)} (+{resolution:.0%})" if above and resolution is not None else "-",
             f"[{_fmt(row.get('interval_low_per_s'), 2)}, {_fmt(high, 2) if high else 'inf'}]",
             seeds,
             f"{min(shares):.1%}" if shares else "-",
@@ -147,7 +150,9 @@ def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Ta
             _fmt(row.get("cost_per_million_output_tokens_usd"), 3),
         )
     table.caption = (
-        "* winner. max: highest probed rate that held in every seed; interval: \\[max, higher of "
+        "* winner. max: highest probed rate that held in every seed; first above: lowest that "
+        "failed (+ the resolution; rates between were undecided at the longest runs); "
+        "interval: \\[max, higher of "
         "the first failing rate and the best seed's]; per seed: each seed's highest rate; "
         "served: lowest served / offered share among seeds at the max; nodes: verified by "
         "fleet runs at the target rate, ~N = ceil(target / max) unverified"
@@ -411,7 +416,9 @@ def register(app: typer.Typer) -> None:
         max_requests: Annotated[
             int | None,
             typer.Option(
-                "--max-requests", min=300, help="Longest run of an undecided probe (4x --requests)."
+                "--max-requests",
+                min=300,
+                help="Longest run of an undecided probe (10x --requests).",
             ),
         ] = None,
         goodput: Annotated[

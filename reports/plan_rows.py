@@ -1,5 +1,11 @@
 """A method's answer from its probes: the rate, per-seed rates, the interval, ties and the winner.
 
+**Resolution.** ``first_rate_above_per_s`` is the lowest rate that failed, confirmed at the
+longest runs in one seed: the first rate above the max at the search's resolution. Rates between
+the two that were undecided at the longest runs (``undecided_rates_per_s``: within the noise of
+the bound) widen ``resolution`` = first rate above / max rate − 1 beyond the tolerance: the plan
+does not claim a finer answer than the noise allows.
+
 **Per-seed rates.** For each seed, its highest probed rate that held below the lowest rate where
 it failed (``per_seed_max_rate_per_s``), and that lowest failing rate
 (``per_seed_fail_rate_per_s``). The method's **max rate** is the highest probed rate that held in
@@ -99,6 +105,11 @@ def plan_row(
         "saturation_rate_per_s": plan.saturation_rate,
         "bracket_low_per_s": search.holds_at,
         "bracket_high_per_s": search.fails_at,
+        "first_rate_above_per_s": search.fails_at,
+        "undecided_rates_per_s": search.undecided,
+        "resolution": search.fails_at / search.holds_at - 1.0
+        if search.fails_at is not None and search.holds_at
+        else None,
         "num_probes": len(plan.probes),
         "num_runs": len(runs),
         "num_simulated_requests": sum(run.num_requests for run in runs),
@@ -147,13 +158,8 @@ def at_max_figures(probe: Probe, seeds: list[int]) -> dict[str, Any]:
         "offered_rate_per_seed_req_s": [run.judgement["offered_rate_req_s"] for run in runs],
         "served_rate_per_seed_req_s": [run.judgement["served_rate_req_s"] for run in runs],
         "decided_by_at_max": [probe.decided_by(seed) for seed in seeds],
-        # Stable in a seed: shown at 95%, or, decided on point figures, held there.
         "stability_at_max": "stable"
-        if all(
-            run.judgement["stability"] == "holds"
-            or (run.verdict == "undecided" and run.judgement.get("point_verdict") == "holds")
-            for run in runs
-        )
+        if all(run.judgement["stability"] == "holds" for run in runs)
         else "unstable",
         "output_throughput_tok_s": sum(r.summary["output_throughput_tok_s"] for r in runs)
         / len(runs),

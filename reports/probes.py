@@ -2,15 +2,28 @@
 
 A probe at rate λ runs each seed with ``base_requests`` Poisson requests, measured on a steady
 window (:data:`PROBE_TRIM_FRACTIONS`: the first 20% and the last 10% of requests excluded), and
-judges each run with :func:`reports.stability.judge_run`. A seed whose verdict is *undecided*
-runs again with twice the requests, up to ``max_requests``. A seed still undecided there is
-decided by its point figures on the steady window (served share, backlog slope, each SLO term's
-value: what a longer run at that rate would be read by); with too few requests even for that it
-fails. Seeds combine conservatively: the rate holds only if it holds in **every** seed, so one
-decided failure settles the probe and the other seeds' longer runs are skipped. A probe may name
-a *lead* seed (the one that failed at the method's last failing rate: with common random numbers
-the same arrivals come back, scaled, at every rate, so the seed with the worst bursts stays the
-worst): it runs alone until it is decided, and the others only if it holds.
+judges each run with :func:`reports.stability.judge_run`, every criterion on its confidence
+interval. A seed whose verdict is *undecided* runs again :data:`GROWTH` times longer, up to
+``max_requests`` (the long-run length the answer is read at); in the bracket's lower gap
+(``direct``), where a rate that holds becomes the answer and is confirmed at ``max_requests``
+anyway, straight there. A seed still undecided there is **undecided for good**: the rate is
+within the noise of the bound, and it neither holds nor fails (no point figure decides it: that
+is a coin toss at the bound). A run at ``max_requests`` counts as holding only if its point
+figures on the steady window (what the run's summary shows) hold too, and as failing only if they
+fail too; where the interval and the point disagree it is undecided.
+
+Seeds combine conservatively: the rate holds only if it holds in **every** seed, so one decided
+failure settles the probe and the other seeds' longer runs are skipped; once a seed is undecided
+for good the rate cannot hold, and the others get one run each (a failure there still counts).
+Seeds are lengthened one at a time, the one whose point figures fail first. A probe may name a
+*lead* seed (the one that failed at the method's last failing rate: with
+common random numbers the same arrivals come back, scaled, at every rate, so the seed with the
+worst bursts stays the worst): it runs alone until it is decided, and the others only if it
+holds.
+
+A probe can be **confirmed** at ``max_requests``: to *hold* (every seed runs there, the
+reported max rate) or to *fail* (seeds run there one at a time, the failing one first, until one
+fails there: the reported first rate above).
 """
 
 from __future__ import annotations
@@ -27,6 +40,12 @@ from sim.scenario import validate_document
 
 #: Shares of a probe's requests (by arrival) left out of its steady window: warm-up, then drain.
 PROBE_TRIM_FRACTIONS = (0.2, 0.1)
+#: An undecided seed's next run is this many times longer (capped at the probe's longest).
+GROWTH = 4
+#: A seed undecided at the longest run, for good: the rate is within the noise of the bound.
+GRAY = "gray"
+#: What a probe can be confirmed to do at its longest runs.
+CONFIRM_HOLDS, CONFIRM_FAILS = "holds", "fails"
 #: A saturation run gives each client at least this many requests, so most of the run is steady.
 REQUESTS_PER_CLIENT = 4
 #: Linux prctl option: the signal a process gets when its parent dies.
@@ -128,8 +147,11 @@ class Probe:
     max_requests: int
     lead: int | None = None
     runs: dict[int, list[SeedRun]] = field(default_factory=dict)
-    #: Once set, a seed that held on a run shorter than ``max_requests`` runs again at it.
-    confirm: bool = False
+    #: CONFIRM_HOLDS or CONFIRM_FAILS once the rate is the answer or the first rate above it.
+    confirm: str | None = None
+    #: Lengthen an undecided seed straight to ``max_requests`` (in the bracket's lower gap,
+    #: where a rate that holds becomes the answer and would be confirmed there anyway).
+    direct: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.base_requests <= self.max_requests:
@@ -143,62 +165,130 @@ class Probe:
         runs = self.runs.get(seed) or []
         return runs[-1] if runs else None
 
+    def _at_longest(self, seed: int) -> bool:
+        run = self.last(seed)
+        return run is not None and run.num_requests >= self.max_requests
+
     def seed_verdict(self, seed: int) -> str:
-        """``holds``, ``fails``, or ``undecided`` (not run, or undecided short of the longest
-        run); undecided at the longest run, the point figures decide (undecided there fails)."""
+        """``holds`` or ``fails`` (decided), ``gray`` (undecided at the longest run: within the
+        noise of the bound), or ``undecided`` (not run, or undecided short of the longest run).
+        At the longest run the interval and the point figures must agree."""
         run = self.last(seed)
         if run is None:
             return UNDECIDED
-        if run.verdict == UNDECIDED and run.num_requests >= self.max_requests:
-            return HOLDS if run.judgement.get("point_verdict") == HOLDS else FAILS
-        return run.verdict
+        if run.num_requests < self.max_requests:
+            return run.verdict
+        point = run.judgement.get("point_verdict")
+        return run.verdict if run.verdict != UNDECIDED and point == run.verdict else GRAY
 
     def decided_by(self, seed: int) -> str | None:
-        """``interval`` when the seed's verdict was shown at 95% confidence, ``point`` when its
-        longest run left it undecided and the point figures decided; None if not decided."""
+        """``interval`` when the seed's verdict was shown at 95% confidence (and, at the
+        longest run, its point figures agree); ``gray`` when it is undecided for good; None if
+        it was not run to a verdict."""
+        verdict = self.seed_verdict(seed)
+        return "interval" if verdict in (HOLDS, FAILS) else "gray" if verdict == GRAY else None
+
+    def _next_length(self, seed: int) -> int | None:
+        """The run ``seed`` needs next in the ordinary search, if any."""
         run = self.last(seed)
-        if run is None or self.seed_holds(seed) is None:
-            return None
-        return "point" if run.verdict == UNDECIDED else "interval"
+        if run is None:
+            return self.base_requests
+        if run.verdict == UNDECIDED and run.num_requests < self.max_requests:
+            growth = self.max_requests if self.direct else GROWTH * run.num_requests
+            return min(growth, self.max_requests)
+        return None
 
     def pending(self) -> list[tuple[int, int]]:
-        """(seed, requests) runs still needed; none once a seed has failed (every-seed rule)."""
-        if any(self.seed_verdict(seed) == FAILS for seed in self.seeds):
+        """(seed, requests) runs still needed."""
+        verdicts = {seed: self.seed_verdict(seed) for seed in self.seeds}
+        if self.confirm == CONFIRM_HOLDS:
+            if any(v in (FAILS, GRAY) for v in verdicts.values()):
+                return []
+            order = self._lead_first()
+            first = [s for s in order if not self._at_longest(s)]
+            lead = order[0]
+            if lead in first and self.lead in self.seeds:
+                return [(lead, self.max_requests)]
+            return [(seed, self.max_requests) for seed in first]
+        if self.confirm == CONFIRM_FAILS:
+            if any(v == FAILS and self._at_longest(s) for s, v in verdicts.items()):
+                return []
+            # Failing seeds first: one seed at a time, until one fails at the longest run.
+            order = sorted(self._lead_first(), key=lambda s: verdicts[s] != FAILS)
+            nxt = next((s for s in order if not self._at_longest(s)), None)
+            return [] if nxt is None else [(nxt, self.max_requests)]
+        if FAILS in verdicts.values():
             return []
+        if GRAY in verdicts.values():
+            # The rate cannot hold; one run of each other seed may still show it fails.
+            return [(s, self.base_requests) for s in self.seeds if self.last(s) is None]
         first = [self.lead] if self.lead in self.seeds else []
-        if first and self.seed_verdict(first[0]) == HOLDS and not self._short(first[0]):
+        if first and verdicts[first[0]] == HOLDS:
             first = []
         needed = []
         for seed in first or self.seeds:
-            run = self.last(seed)
-            if run is None:
-                needed.append((seed, self.base_requests))
-            elif run.verdict == UNDECIDED and run.num_requests < self.max_requests:
-                needed.append((seed, min(2 * run.num_requests, self.max_requests)))
-            elif self.confirm and run.num_requests < self.max_requests:
-                needed.append((seed, self.max_requests))
-        return needed
+            length = self._next_length(seed)
+            if length is not None:
+                needed.append((seed, length))
+        if any(length == self.base_requests for _, length in needed):
+            return [(s, n) for s, n in needed if n == self.base_requests]
+        # Longer runs one seed at a time, the likeliest to fail first (its point figures fail):
+        # a failure or an undecided-for-good seed settles the probe without the others.
+        needed.sort(key=lambda item: self._point(item[0]) != FAILS)
+        return needed[:1]
+
+    def _point(self, seed: int) -> str | None:
+        run = self.last(seed)
+        return None if run is None else run.judgement.get("point_verdict")
+
+    def _lead_first(self) -> list[int]:
+        return sorted(self.seeds, key=lambda s: s != self.lead)
 
     def record(self, seed: int, num_requests: int, outcome: dict[str, Any]) -> None:
         """Add a finished run of ``seed``."""
         run = SeedRun(seed, num_requests, outcome["judgement"], outcome["summary"])
         self.runs.setdefault(seed, []).append(run)
+        self.runs[seed].sort(key=lambda r: r.num_requests)
+
+    @property
+    def outcome(self) -> bool | None:
+        """True if the rate held in every seed, False if it failed in one, None if neither is
+        shown (some seed undecided for good). Under CONFIRM_FAILS it fails only on a seed
+        failing at the longest run."""
+        verdicts = [self.seed_verdict(seed) for seed in self.seeds]
+        if self.confirm == CONFIRM_FAILS:
+            failed = any(self.seed_verdict(s) == FAILS and self._at_longest(s) for s in self.seeds)
+            if failed:
+                return False
+            return (
+                True
+                if all(
+                    v == HOLDS and self._at_longest(s)
+                    for s, v in zip(self.seeds, verdicts, strict=True)
+                )
+                else None
+            )
+        if FAILS in verdicts:
+            return False
+        return True if all(v == HOLDS for v in verdicts) else None
 
     @property
     def holds(self) -> bool:
         """Whether the rate held in every seed (meaningful once nothing is pending)."""
-        return all(self.seed_verdict(seed) == HOLDS for seed in self.seeds)
+        return self.outcome is True
+
+    def confirmed(self) -> bool:
+        """Whether the probe's outcome was read at the longest runs: every seed there if it
+        holds, one failing seed there if it fails."""
+        if self.outcome is True:
+            return all(self._at_longest(s) for s in self.seeds)
+        return any(self.seed_verdict(s) == FAILS and self._at_longest(s) for s in self.seeds)
 
     def seed_holds(self, seed: int) -> bool | None:
-        """True or False once decided for ``seed`` (undecided at the longest run is False);
-        None if the seed's runs were cut short by another seed's failure."""
+        """True or False once decided for ``seed``; None if undecided for good or cut short by
+        another seed's failure."""
         verdict = self.seed_verdict(seed)
         return True if verdict == HOLDS else False if verdict == FAILS else None
-
-    def _short(self, seed: int) -> bool:
-        """Whether ``seed`` still owes a run at ``max_requests`` to a confirmation."""
-        run = self.last(seed)
-        return self.confirm and (run is None or run.num_requests < self.max_requests)
 
     def first_failing(self) -> int | None:
         """The first seed whose verdict is a failure (None if none failed)."""

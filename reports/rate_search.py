@@ -9,6 +9,14 @@ The bracket keeps the answer whenever the test is monotone: true below some thre
 above it. With ``first_step = 1`` this is the classic double-or-halve bracketing; from a guess
 known to lie close to the answer (the node's saturation throughput) a small first step brackets
 it in two or three probes instead of a dozen.
+
+A verdict may also be **undecided**: the rate is within the noise of the SLO bound even on the
+longest run (neither shown to hold nor shown to fail). Such rates sit between the highest rate
+that holds and the lowest that fails; the search then narrows the two gaps around them (from
+the highest hold up to the lowest undecided rate, and from the highest undecided rate up to the
+lowest failure) to the tolerance, and stops. The answer's resolution is then the whole bracket,
+wider than the tolerance: where the test's answer flips cannot be placed more finely than the
+band of undecided rates.
 """
 
 from __future__ import annotations
@@ -24,9 +32,9 @@ MAX_HALVINGS = 6
 class RateSearch:
     """Bracket, then bisect, the highest rate at which a monotone test holds.
 
-    ``next_rate`` proposes the rate to probe (None when done) and ``record`` takes the verdict.
-    Raise ValueError if ``start_rate`` or ``tolerance`` is not positive or ``first_step`` is
-    not in (0, 1].
+    ``next_rate`` proposes the rate to probe (None when done) and ``record`` takes the verdict
+    (True, False, or None for undecided). Raise ValueError if ``start_rate`` or ``tolerance``
+    is not positive or ``first_step`` is not in (0, 1].
     """
 
     def __init__(
@@ -39,41 +47,72 @@ class RateSearch:
         self.start_rate = start_rate
         self.tolerance = tolerance
         self.first_step = first_step
-        self.holds_at: float | None = None  # highest rate known to hold below fails_at
-        self.fails_at: float | None = None  # lowest rate known to fail
         self.num_recorded = 0
-        self._held: list[float] = []
+        self.verdicts: dict[float, bool | None] = {}  # each rate's latest verdict
+
+    @property
+    def fails_at(self) -> float | None:
+        """The lowest rate that failed."""
+        return min((r for r, v in self.verdicts.items() if v is False), default=None)
+
+    @property
+    def undecided(self) -> list[float]:
+        """The undecided rates below the lowest failure, in increasing order."""
+        ceiling = self.fails_at
+        return sorted(
+            r for r, v in self.verdicts.items() if v is None and (ceiling is None or r < ceiling)
+        )
+
+    @property
+    def holds_at(self) -> float | None:
+        """The highest rate that held below every failing and undecided rate."""
+        others = [r for r, v in self.verdicts.items() if v is not True]
+        ceiling = min(others, default=None)
+        held = [r for r, v in self.verdicts.items() if v and (ceiling is None or r < ceiling)]
+        return max(held, default=None)
+
+    def below_ceiling(self, rate_per_s: float) -> bool:
+        """Whether ``rate_per_s`` lies in the bracket's lower gap, between the highest rate that
+        held and the lowest undecided or failing one: a rate that holds there is the answer."""
+        lo, hi, gray = self.holds_at, self.fails_at, self.undecided
+        if lo is None or hi is None:
+            return False
+        return lo < rate_per_s < (gray[0] if gray else hi)
 
     def _factor(self) -> float:
         """The bracketing move after ``num_recorded`` probes: ``1 + first_step · 2^(k−1)``,
         at most 2."""
         return 1.0 + min(1.0, self.first_step * 2.0 ** max(0, self.num_recorded - 1))
 
+    def _wide(self, low: float, high: float) -> bool:
+        return high - low > self.tolerance * high
+
     def next_rate(self) -> float | None:
         """The next rate to probe, or None once the bracket is narrow enough or hits a limit."""
-        lo, hi = self.holds_at, self.fails_at
-        if lo is None and hi is None:
+        lo, hi, gray = self.holds_at, self.fails_at, self.undecided
+        if not self.verdicts:
             return self.start_rate
         if hi is None:
-            assert lo is not None
-            return None if lo >= self.start_rate * 2.0**MAX_DOUBLINGS else lo * self._factor()
+            top = max([*gray, *([lo] if lo is not None else [])])
+            return None if top >= self.start_rate * 2.0**MAX_DOUBLINGS else top * self._factor()
         if lo is None:
-            return None if hi <= self.start_rate / 2.0**MAX_HALVINGS else hi / self._factor()
-        if hi - lo <= self.tolerance * hi:
-            return None
-        return 0.5 * (lo + hi)
+            bottom = min([*gray, hi])
+            floor = self.start_rate / 2.0**MAX_HALVINGS
+            return None if bottom <= floor else bottom / self._factor()
+        ceiling = gray[0] if gray else hi
+        if self._wide(lo, ceiling):
+            return 0.5 * (lo + ceiling)
+        if gray and self._wide(gray[-1], hi):
+            return 0.5 * (gray[-1] + hi)
+        return None
 
-    def record(self, rate_per_s: float, holds: bool) -> None:
-        """Take the verdict at ``rate_per_s``. A failure at a rate that held before (a longer
-        run refuting a shorter one) withdraws it: the bracket's lower end falls to the highest
-        rate held below the lowest failure."""
+    def record(self, rate_per_s: float, holds: bool | None) -> None:
+        """Take the verdict at ``rate_per_s`` (None: undecided). A later verdict at a rate
+        replaces an earlier one (a longer run refuting a shorter one); a failure below a rate
+        that held withdraws it: the bracket's lower end falls to the highest rate held below
+        the lowest failing or undecided rate."""
         self.num_recorded += 1
-        if holds:
-            self._held.append(rate_per_s)
-        else:
-            self.fails_at = rate_per_s if self.fails_at is None else min(self.fails_at, rate_per_s)
-        below = [r for r in self._held if self.fails_at is None or r < self.fails_at]
-        self.holds_at = max(below, default=None)
+        self.verdicts[rate_per_s] = holds
 
     @property
     def status(self) -> str:

@@ -1,10 +1,10 @@
 """Does one run at one request rate hold? Stability and the SLO, each with a confidence interval.
 
 A run is judged on its steady window (:func:`sim.metrics.measurement_window`: warm-up and drain
-excluded), starting no earlier than the end of its warm-up as MSER-5 finds it
-(:mod:`reports.warmup`; ``warmup_share`` is that point as a share of the run, and a run whose
-warm-up seems to outlast its first half cannot hold). It **holds** when all of these are shown at
-95% confidence (the one-sided bounds of the 90% intervals of :mod:`reports.intervals`):
+excluded), starting no earlier than the end of its warm-up as MSER-5 finds it in the run's
+first half (:mod:`reports.warmup`; ``warmup_share`` is that point as a share of the run). It
+**holds** when all of these are shown at 95% confidence (the one-sided bounds of the 90%
+intervals of :mod:`reports.intervals`):
 
 1. *Served ≈ offered.* The node serves at least ``1 − δ`` of the offered rate, δ =
    :data:`MAX_OVERLOAD` (3%). What it leaves unserved accumulates in the system: the served
@@ -19,9 +19,13 @@ warm-up seems to outlast its first half cannot hold). It **holds** when all of t
    keeps numerical dust from counting as a trend); it holds when the slope's upper bound is at
    most δ and its lower bound at most :data:`MIN_TREND`.
 3. *The SLO.* A percentile term ``p_q ≤ X`` is the statement ``P(latency > X) ≤ 1 − q``: it is
-   decided on the share of samples above ``X`` (Clopper–Pearson on the effective sample size),
-   and the percentile's order-statistic interval is reported beside it. A mean term is decided
-   on its t interval, a goodput target on the share of requests within their per-request SLO.
+   decided on the share of samples above ``X`` (Clopper–Pearson on the effective sample size):
+   its upper bound within ``1 − q`` is the percentile's upper confidence bound within ``X``, its
+   lower bound above ``1 − q`` the percentile's lower bound above ``X`` (the order-statistic
+   interval and the binomial one are the same statement). The percentile's order-statistic
+   interval is reported beside it, and its value is the summary's (linear interpolation). A
+   mean term is decided on its t interval, a goodput target on the share of requests within
+   their per-request SLO.
 
 It **fails** when any one of them is shown on the wrong side at 95% confidence, and is
 **undecided** otherwise: the probe is then too short to tell, and the caller runs a longer one.
@@ -50,7 +54,7 @@ from reports.intervals import (
 )
 from reports.slo import SloTerm
 from reports.warmup import mser5, time_average_in_system
-from sim.metrics import goodput, measurement_window
+from sim.metrics import goodput, measurement_window, weighted_percentiles
 
 #: Largest tolerated overload δ: the served share must be at least 1 − δ, and the waiting-time
 #: slope's upper bound at most δ seconds per second of arrivals.
@@ -175,9 +179,7 @@ def judge_run(
                 "num_measured": len(measured), "window_s": [start, end],
                 "checks": [too_few.as_dict()]}  # fmt: skip
     checks = _window_checks(requests, steps, targets, window.measured, start, end)
-    truncation = Interval(warmup.fraction, warmup.fraction, warmup.fraction)
-    checks[0] = Check("warmup_share", truncation, "<= 0.5", HOLDS if warmup.steady else UNDECIDED)
-    stable = [c.verdict for c in checks[:3]]
+    stable = [c.verdict for c in checks[:2]]
     verdicts = {c.verdict for c in checks}
     verdict = FAILS if FAILS in verdicts else UNDECIDED if UNDECIDED in verdicts else HOLDS
     duration = end - start
@@ -189,6 +191,7 @@ def judge_run(
         "served_rate_req_s": float(((finish >= start) & (finish < end)).sum()) / duration,
         "num_measured": len(measured),
         "window_s": [start, end],
+        "warmup_share": warmup.fraction,
         "checks": [c.as_dict() for c in checks],
     }
 
@@ -201,9 +204,8 @@ def _window_checks(
     start: float,
     end: float,
 ) -> list[Check]:
-    """Every check on the requests of ``in_window`` that arrived in ``[start, end)``: a
-    placeholder for the warm-up check, served share, backlog, then one per target. Empty of
-    targets when too few requests are measured there."""
+    """Every check on the requests of ``in_window`` that arrived in ``[start, end)``: served
+    share, backlog, then one per target. Empty when too few requests are measured there."""
     arrival, finish = requests["arrival_at_s"], requests["finished_at_s"]
     measured = np.flatnonzero(in_window & (arrival >= start))
     if len(measured) < MIN_MEASURED or not end > start:
@@ -212,9 +214,7 @@ def _window_checks(
     offered = float(((arrival >= start) & (arrival < end)).sum()) / (end - start)
     share = served_share(arrival, finish, start, end, offered)
     waiting = requests["scheduled_at_s"][measured] - arrival[measured]
-    placeholder = Check("warmup_share", Interval(0.0, 0.0, 0.0), "<= 0.5", HOLDS)
     return [
-        placeholder,
         _lower_bounded("served_fraction", share, 1.0 - MAX_OVERLOAD),
         _backlog_check(trend(arrival[measured], waiting)),
         *(_target_check(t, requests, steps, measured, start, end) for t in targets),
@@ -222,13 +222,12 @@ def _window_checks(
 
 
 def _point_verdict(checks: list[Check]) -> str:
-    """Holds when every check's point estimate meets its limit (the warm-up check aside: the
-    fixed window does not depend on it), fails otherwise; undecided when there are no checks
-    (too few requests). The backlog's point slope must stay at most MIN_TREND, a percentile
-    term's point quantile at most its bound."""
+    """Holds when every check's point estimate meets its limit, fails otherwise; undecided
+    when there are no checks (too few requests). The backlog's point slope must stay at most
+    MIN_TREND, a percentile term's point value (the summary's) at most its bound."""
     if not checks:
         return UNDECIDED
-    return HOLDS if all(c.point == HOLDS for c in checks[1:]) else FAILS
+    return HOLDS if all(c.point == HOLDS for c in checks) else FAILS
 
 
 def _target_check(
@@ -267,7 +266,10 @@ def _target_check(
     above = values_ms >= target.bound_ms if target.strict else values_ms > target.bound_ms
     share = proportion_interval(above.astype(np.float64), weights)
     decided = _upper_bounded("share_above", share, 1.0 - q, target.strict)
-    estimate = quantile_interval(values_ms, weights, q)
+    ranks = quantile_interval(values_ms, weights, q)
+    # The value a run's summary reports: linear interpolation between order statistics.
+    (value,) = weighted_percentiles(values_ms, weights.astype(np.int64), (round(100 * q),))
+    estimate = Interval(value, ranks.low, ranks.high)
     limit = f"{'<' if target.strict else '<='} {target.bound_ms:g}"
-    point = estimate.value < target.bound_ms if target.strict else estimate.value <= target.bound_ms
+    point = value < target.bound_ms if target.strict else value <= target.bound_ms
     return Check(target.key, estimate, limit, decided.verdict, share, HOLDS if point else FAILS)

@@ -234,9 +234,9 @@ def plan_report(folder: Path) -> Report:
     bounds = _bounds(list(plan.get("slo") or []))
     probes = pd.read_csv(folder / PROBES_CSV) if (folder / PROBES_CSV).is_file() else pd.DataFrame()
     columns = [
-        "method", "status", "max_rate_per_s", "interval_low_per_s", "interval_high_per_s",
-        "stability_at_max", "output_throughput_tok_s", "num_runs", "nodes_needed",
-        "cost_per_million_output_tokens_usd",
+        "method", "status", "max_rate_per_s", "first_rate_above_per_s", "resolution",
+        "interval_low_per_s", "interval_high_per_s", "stability_at_max",
+        "output_throughput_tok_s", "num_runs", "nodes_needed", "cost_per_million_output_tokens_usd",
     ]  # fmt: skip
     table = pd.DataFrame(rows)
     table = table[[c for c in columns if c in table.columns]]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from reports.goodput import GoodputTarget, parse_goodput
 from reports.plan_check import check_plan
 from reports.plan_rows import MethodPlan, per_seed_rates, pick_winner, plan_row
-from reports.probes import Probe
+from reports.probes import CONFIRM_FAILS, CONFIRM_HOLDS, Probe
 from reports.rate_search import MAX_DOUBLINGS, MAX_HALVINGS, RateSearch
 from reports.slo import SloTerm, parse_slo, slo_from_mapping
 from sim.errors import ScenarioError
@@ -91,6 +91,49 @@ def test_the_bracket_always_holds_the_threshold_and_is_narrow(
     assert search.fails_at - search.holds_at <= tolerance * search.fails_at
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    start=st.floats(0.5, 50.0),
+    ratio=st.floats(0.2, 20.0),
+    band=st.floats(0.0, 0.3),
+    tolerance=st.floats(0.01, 0.3),
+    first_step=st.floats(0.01, 1.0),
+)
+def test_undecided_rates_widen_the_bracket_and_never_enter_it_as_holding(
+    start: float, ratio: float, band: float, tolerance: float, first_step: float
+) -> None:
+    # Holds below a, undecided in [a, b) (within the noise of the bound), fails from b.
+    a = start * ratio
+    b = a * (1.0 + band)
+    search = RateSearch(start, tolerance, first_step)
+    for _ in range(300):
+        rate = search.next_rate()
+        if rate is None:
+            break
+        search.record(rate, True if rate < a else None if rate < b else False)
+    else:
+        raise AssertionError("the search did not stop")
+    low, high, gray = search.holds_at, search.fails_at, search.undecided
+    assert low is not None and high is not None
+    assert low < a and high >= b and all(a <= g < b for g in gray)
+    # Each gap around the undecided band is within the tolerance; without one, the bracket is.
+    ceiling, floor = (gray[0], gray[-1]) if gray else (high, low)
+    assert ceiling - low <= tolerance * ceiling and high - floor <= tolerance * high
+
+
+def test_a_longer_run_replaces_a_rates_verdict() -> None:
+    search = RateSearch(10.0)
+    search.record(10.0, True)
+    search.record(11.0, False)
+    assert (search.holds_at, search.fails_at) == (10.0, 11.0)
+    search.record(10.0, None)  # refuted at the longest runs: within the noise of the bound
+    assert search.holds_at is None and search.undecided == [10.0]
+    search.record(9.0, True)
+    assert (search.holds_at, search.fails_at, search.undecided) == (9.0, 11.0, [10.0])
+    # Only a rate in the lower gap, where holding makes it the answer, goes straight to the end.
+    assert search.below_ceiling(9.5) and not search.below_ceiling(10.5)
+
+
 def test_the_search_gives_up_at_its_limits() -> None:
     nothing = _search(1e-9, 1.0, 0.05)
     assert nothing.status == "unattainable" and nothing.fails_at == 2.0**-MAX_HALVINGS
@@ -98,31 +141,82 @@ def test_the_search_gives_up_at_its_limits() -> None:
     assert unbounded.status == "unbounded" and unbounded.holds_at == 2.0**MAX_DOUBLINGS
 
 
-def _outcome(verdict: str, served: float = 10.0, point: str = "fails") -> dict[str, Any]:
+def _outcome(verdict: str, served: float = 10.0, point: str | None = None) -> dict[str, Any]:
     check = {"name": "ttft_p99_ms", "value": 100.0, "low": 90.0, "high": 120.0,
              "limit": "<= 2000", "verdict": verdict}  # fmt: skip
+    point = point or (verdict if verdict != "undecided" else "fails")
     judgement = {"verdict": verdict, "stability": "holds", "offered_rate_req_s": 10.0,
                  "served_rate_req_s": served, "checks": [check],
-                 "point_verdict": verdict if verdict != "undecided" else point}  # fmt: skip
+                 "point_verdict": point}  # fmt: skip
     return {"judgement": judgement, "summary": {"output_throughput_tok_s": 1000.0}}
 
 
-def test_an_undecided_seed_runs_longer_until_the_cap_where_its_point_figures_decide() -> None:
-    probe = Probe(10.0, [0, 1], base_requests=500, max_requests=2000)
+def test_an_undecided_seed_runs_longer_up_to_the_cap_and_stays_undecided_there() -> None:
+    probe = Probe(10.0, [0, 1], base_requests=500, max_requests=5000)
     assert probe.pending() == [(0, 500), (1, 500)]
     probe.record(0, 500, _outcome("holds"))
     probe.record(1, 500, _outcome("undecided"))
-    assert probe.pending() == [(1, 1000)]
-    probe.record(1, 1000, _outcome("undecided"))
+    assert probe.pending() == [(1, 2000)]  # four times longer
+    probe.record(1, 2000, _outcome("undecided"))
+    assert probe.pending() == [(1, 5000)]  # capped
+    probe.record(1, 5000, _outcome("undecided"))  # point figures fail: a coin toss, not a verdict
+    assert probe.pending() == [] and not probe.holds and probe.outcome is None
+    assert probe.seed_holds(0) is True and probe.seed_holds(1) is None
+    assert probe.decided_by(0) == "interval" and probe.decided_by(1) == "gray"
+    assert "seed 1, 5000 requests" in probe.reason()
+    # At the cap the point figures must agree with the interval's verdict.
+    for verdict, point in (("undecided", "holds"), ("holds", "fails"), ("fails", "holds")):
+        one = Probe(10.0, [0], base_requests=2000, max_requests=2000)
+        one.record(0, 2000, _outcome(verdict, point=point))
+        assert one.outcome is None and one.decided_by(0) == "gray"
+    agreed = Probe(10.0, [0], base_requests=2000, max_requests=2000)
+    agreed.record(0, 2000, _outcome("holds"))
+    assert agreed.outcome is True and agreed.confirmed()
+
+
+def test_a_seed_undecided_for_good_leaves_one_run_to_each_other_seed() -> None:
+    probe = Probe(10.0, [0, 1, 2], base_requests=500, max_requests=500, lead=1)
+    probe.record(1, 500, _outcome("undecided"))
+    assert probe.pending() == [(0, 500), (2, 500)]
+    probe.record(0, 500, _outcome("undecided"))
+    probe.record(2, 500, _outcome("holds"))
+    assert probe.pending() == [] and probe.outcome is None
+    probe.record(0, 500, _outcome("fails"))  # a failure in another seed still counts
+    assert probe.outcome is False
+
+
+def test_longer_runs_go_one_seed_at_a_time_the_likeliest_failure_first() -> None:
+    probe = Probe(10.0, [0, 1, 2], base_requests=500, max_requests=5000)
+    probe.record(0, 500, _outcome("undecided", point="holds"))
+    probe.record(1, 500, _outcome("undecided", point="fails"))
+    assert probe.pending() == [(2, 500)]  # first runs all at once
+    probe.record(2, 500, _outcome("undecided", point="holds"))
     assert probe.pending() == [(1, 2000)]
-    probe.record(1, 2000, _outcome("undecided"))  # point figures fail
-    assert probe.pending() == [] and not probe.holds
-    assert probe.seed_holds(0) is True and probe.seed_holds(1) is False
-    assert probe.decided_by(0) == "interval" and probe.decided_by(1) == "point"
-    assert "seed 1, 2000 requests" in probe.reason()
-    held = Probe(10.0, [0], base_requests=2000, max_requests=2000)
-    held.record(0, 2000, _outcome("undecided", point="holds"))
-    assert held.holds and held.decided_by(0) == "point"
+    probe.record(1, 2000, _outcome("fails"))
+    assert probe.pending() == [] and probe.outcome is False  # the others never ran longer
+
+
+def test_confirmation_runs_the_answer_in_every_seed_and_the_rate_above_until_one_fails() -> None:
+    answer = Probe(10.0, [0, 1, 2], base_requests=500, max_requests=5000, lead=2)
+    for seed in (0, 1, 2):
+        answer.record(seed, 500, _outcome("holds"))
+    assert answer.outcome is True and not answer.confirmed()
+    answer.confirm = CONFIRM_HOLDS
+    assert answer.pending() == [(2, 5000)]  # the lead first, alone
+    answer.record(2, 5000, _outcome("holds"))
+    assert answer.pending() == [(0, 5000), (1, 5000)]
+    answer.record(0, 5000, _outcome("holds"))
+    answer.record(1, 5000, _outcome("undecided"))
+    assert answer.pending() == [] and answer.outcome is None  # refuted: not shown to hold
+    above = Probe(11.0, [0, 1, 2], base_requests=500, max_requests=5000)
+    above.record(0, 500, _outcome("holds"))
+    above.record(1, 500, _outcome("fails"))
+    above.confirm = CONFIRM_FAILS
+    assert above.pending() == [(1, 5000)]  # the failing seed first
+    above.record(1, 5000, _outcome("undecided"))
+    assert above.pending() == [(0, 5000)] and above.outcome is None
+    above.record(0, 5000, _outcome("fails"))
+    assert above.pending() == [] and above.outcome is False and above.confirmed()
 
 
 def test_the_lead_seed_runs_alone_until_it_holds() -> None:
@@ -144,6 +238,7 @@ def test_one_failing_seed_settles_the_probe() -> None:
     probe.record(2, 500, _outcome("holds"))
     assert probe.pending() == [] and not probe.holds
     assert probe.seed_holds(0) is None  # cut short: not counted either way
+    assert probe.outcome is False and probe.confirmed() is False  # failed short of the cap
     with pytest.raises(ValueError, match="base_requests"):
         Probe(1.0, [0], base_requests=10, max_requests=5)
 
@@ -259,7 +354,13 @@ def test_plan_end_to_end_and_its_answer_holds_in_a_ten_times_longer_run(
     (row,) = plan["methods"]
     low, high = row["bracket_low_per_s"], row["bracket_high_per_s"]
     assert row["status"] == "ok" and row["max_rate_per_s"] == low < high
-    assert high - low <= 0.1 * high
+    assert row["first_rate_above_per_s"] == high
+    assert row["resolution"] == pytest.approx(high / low - 1)
+    # Each gap around the rates undecided at the longest runs is within the tolerance.
+    gray = row["undecided_rates_per_s"]
+    assert all(low < rate < high for rate in gray)
+    ceiling, floor = (gray[0], gray[-1]) if gray else (high, low)
+    assert ceiling - low <= 0.1 * ceiling and high - floor <= 0.1 * high
     # Nodes: the estimate is where the fleet search starts; the answer is verified by fleet runs
     # at 500 req/s: N holds in every seed and N - 1 does not.
     assert row["nodes_estimate"] == math.ceil(500 / low)

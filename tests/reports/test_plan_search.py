@@ -28,7 +28,8 @@ def _verdict_by_rate(threshold: float, calls: list[tuple[float, int, int]]) -> A
         verdict = "holds" if rate <= threshold else "fails"
         check = {"name": "ttft_p99_ms", "value": 1.0, "low": 0.5, "high": 2.0,
                  "limit": "<= 2000", "verdict": verdict}  # fmt: skip
-        judgement = {"verdict": verdict, "stability": "holds", "offered_rate_req_s": rate,
+        judgement = {"verdict": verdict, "point_verdict": verdict, "stability": "holds",
+                     "offered_rate_req_s": rate,
                      "served_rate_req_s": rate, "checks": [check]}  # fmt: skip
         return {"judgement": judgement, "summary": {"output_throughput_tok_s": 100.0 * rate}}
 
@@ -56,13 +57,16 @@ def test_the_search_stops_at_the_threshold_within_the_tolerance(
     assert row["max_rate_per_s"] <= 21.0 < row["bracket_high_per_s"]
     assert row["bracket_high_per_s"] - row["max_rate_per_s"] <= 0.05 * row["bracket_high_per_s"]
     assert row["per_seed_max_rate_per_s"] == [row["max_rate_per_s"]] * 2
-    # Decided verdicts never lengthen a probe; a failing seed stops the probe. The answer alone
-    # runs again at the longest length (4 x 500) in every seed, and holds there.
-    assert {length for _, _, length in calls} == {500, 2000}
-    assert sorted((r, s) for r, s, n in calls if n == 2000) == [
+    # Decided verdicts never lengthen a probe; a failing seed stops the probe. The answer
+    # runs again at the longest length (10 x 500) in every seed, and holds there; the first
+    # rate above it in its failing seed, and fails there.
+    assert {length for _, _, length in calls} == {500, 5000}
+    assert sorted((r, s) for r, s, n in calls if n == 5000) == [
         (row["max_rate_per_s"], 0),
         (row["max_rate_per_s"], 1),
+        (row["first_rate_above_per_s"], 0),
     ]
+    assert row["resolution"] <= 0.05 / 0.95 and row["undecided_rates_per_s"] == []
     assert plan["complete"] and not plan["interrupted"]
 
 
@@ -84,19 +88,19 @@ def test_from_the_saturation_throughput_the_search_takes_few_probes(
 def test_a_longest_run_that_refutes_the_answer_sends_the_search_below_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Short runs hold up to 21/s, the longest (2000 requests) only up to 20/s: the answer found
-    # on short runs is refuted when confirmed, and the plan ends on a rate confirmed at 2000.
+    # Short runs hold up to 21/s, the longest (5000 requests) only up to 20/s: the answer found
+    # on short runs is refuted when confirmed, and the plan ends on a rate confirmed at 5000.
     calls: list[tuple[float, int, int]] = []
     short, long = _verdict_by_rate(21.0, calls), _verdict_by_rate(20.0, calls)
 
     def by_length(document: dict[str, Any], *args: Any) -> Any:
-        fake = long if document["workload"]["num_requests"] == 2000 else short
+        fake = long if document["workload"]["num_requests"] == 5000 else short
         return fake(document, *args)
 
     monkeypatch.setattr(capacity, "run_probe", by_length)
     (row,) = _plan(tmp_path)["methods"]
     assert row["max_rate_per_s"] <= 20.0 < row["bracket_high_per_s"] <= 21.0
-    assert row["requests_per_seed_at_max"] == [2000, 2000]
+    assert row["requests_per_seed_at_max"] == [5000, 5000]
 
 
 def test_an_interrupted_plan_keeps_what_it_found(
@@ -134,6 +138,6 @@ def test_undecided_seeds_run_longer_and_a_rate_never_shown_to_hold_is_no_stable_
     monkeypatch.setattr(capacity, "run_probe", undecided)
     with pytest.raises(ScenarioError, match="no stable rate"):
         _plan(tmp_path, max_requests=2000)
-    assert sorted({length for _, _, length in calls}) == [500, 1000, 2000]
+    assert sorted({length for _, _, length in calls}) == [500, 2000]
     row = json.loads((tmp_path / "plan.json").read_text())["methods"][0]
     assert row["status"] == "no_stable_rate" and row["max_rate_per_s"] is None
