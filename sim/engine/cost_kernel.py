@@ -15,15 +15,21 @@ percent of arguments (measured: 46,023 of 10^6 ``exp`` values). Every transcende
 cost model sits in the linear layers (GEMM-grid interpolation in log-log, the roofline's p-norm,
 the experts a step touches, the fused-MoE fit) and the measured all-reduce (log-log
 interpolation), and those depend on the step's padded token count, its logit rows and whether it
-replays a CUDA graph alone. So the evaluator keeps them as a table keyed by those three values:
-a key seen before is read; a new key is priced by the Python cost model itself, in one numpy call
-for all the new keys of a block, and stored. The records are then those of the Python path, bit
-for bit; ``tests/engine/test_cost_kernel.py`` checks it over random step shapes for every kind of
-scenario the catalogue ships.
+replays a CUDA graph alone (a draft network's, on its tokens and logit rows). So the evaluator
+reads them from tables priced by the Python cost model itself: a grid of every whole token count
+up to the token budget by every logit-row count up to the batch's (filled 256 rows at a time,
+when a step first needs one of them: a run touches a few thousand distinct shapes), and for any
+other key a hash table filled on first use. Each value is priced in a contiguous numpy call as
+the Python model prices a block, so it is the value that model gives. The records are then
+those of the Python path, bit for bit; ``tests/engine/test_cost_kernel.py`` checks it over random
+step shapes for every kind of node the catalogue ships, and over whole runs.
 
-Drafting time is lowered for the strategies that price it arithmetically (none, n-gram, prompt
-lookup, lookahead); for a drafting network (EAGLE, Medusa, MTP, a draft model) or an adaptive
-policy the drafter's own numpy method prices it and the evaluator adds it. A deployment of
+Drafting time is lowered for the lookup strategies (n-gram, suffix, lookahead: arithmetic) and
+for the EAGLE family (EAGLE, EAGLE-2, EAGLE-3, MTP: a catch-up forward of one network and one
+forward of another per tree level, each a draft network's forward with its linear term from the
+tables); for Medusa, P-EAGLE, a draft model or an adaptive policy the drafter's own numpy method
+prices it and the evaluator adds it. The drafter's overheads are read when the evaluator is
+built (a fit that swaps them does so before the run). A deployment of
 several attention groups or with expert parallelism (:mod:`sim.parallel_cost`) is not lowered:
 :func:`lower` returns None and the engine keeps the Python path. Without numba likewise.
 """
@@ -53,6 +59,9 @@ DRAFT_NONE, DRAFT_CPU, DRAFT_GIVEN, DRAFT_NETWORKS = 0, 1, 2, 3
 #: Table keys of the draft networks' linear terms: (tokens, logit rows, FIRST_NET or LATER_NET).
 FIRST_NET, LATER_NET = 2.0, 3.0
 
+#: Rows of a grid priced at once when a step first needs one of them.
+ROWS_PER_FILL = 256
+
 #: Terms of one draft network in ``nets`` (:func:`_network_terms`), per network.
 NET_TERMS = 6
 
@@ -76,7 +85,13 @@ def _evaluate(
     sizes: IntArray,
     flags: IntArray,
     c: FloatArray,
-    table: Any,
+    table_keys: FloatArray,
+    table_values: FloatArray,
+    table_used: NDArray[np.bool_],
+    linear_grid: FloatArray,
+    allreduce_grid: FloatArray,
+    first_grid: FloatArray,
+    later_grid: FloatArray,
     out: FloatArray,
     missing: FloatArray,
 ) -> int:
@@ -118,7 +133,18 @@ def _evaluate(
                         index_n = num_sizes - 1
                     n = float(sizes[index_n])
         key = (n, n_logits, 1.0 if graphed else 0.0)
-        found = key in table
+        # Whole token counts within the dense grid are read from it, others from the table.
+        row = int(n)
+        column = int(n_logits)
+        dense = row == n and row < linear_grid.shape[0] and column < linear_grid.shape[1]
+        linear = linear_grid[row, column] if dense else 0.0
+        # A grid entry not priced yet is NaN (no cost is).
+        slot = -1
+        if dense:
+            found = linear == linear
+        else:
+            slot = _probe(table_keys, table_used, n, n_logits, key[2])
+            found = bool(table_used[slot])
         if not found:
             missing[0, num_missing] = n
             missing[1, num_missing] = n_logits
@@ -146,18 +172,29 @@ def _evaluate(
                     f_logits = f_tokens
                     f_kv = context + index_f * seqs
                     f_pairs = f_tokens * (mean + index_f)
-                f_key = (f_tokens, f_logits, which)
-                if f_key not in table:
-                    missing[0, num_missing] = f_tokens
-                    missing[1, num_missing] = f_logits
-                    missing[2, num_missing] = which
-                    num_missing += 1
-                    num_step_missing += 1
-                    continue
+                # The grids hold every whole (new tokens, sequences) of the first forward and
+                # every sequence count of each later one; others are in the table.
+                f_seqs = int(seqs)
+                if f == 0:
+                    f_row = int(new)
+                    in_grid = f_row < first_grid.shape[0] and f_seqs < first_grid.shape[1]
+                    f_linear = first_grid[f_row, f_seqs] if in_grid else 0.0
+                else:
+                    in_grid = f_seqs < later_grid.shape[1]
+                    f_linear = later_grid[f - 1, f_seqs] if in_grid else 0.0
+                if not in_grid or f_linear != f_linear:
+                    f_slot = _probe(table_keys, table_used, f_tokens, f_logits, which)
+                    if not in_grid and table_used[f_slot]:
+                        f_linear = table_values[f_slot, 0]
+                    else:
+                        missing[0, num_missing] = f_tokens
+                        missing[1, num_missing] = f_logits
+                        missing[2, num_missing] = which
+                        num_missing += 1
+                        num_step_missing += 1
+                        continue
                 f_forward = (
-                    table[f_key][0]
-                    + max(nets[base] * f_kv, nets[base + 1] * f_pairs)
-                    + nets[base + 2]
+                    f_linear + max(nets[base] * f_kv, nets[base + 1] * f_pairs) + nets[base + 2]
                 )
                 if nets[base + 3] != 0.0:
                     # Launched eagerly outside the captured sizes, as a decode-shaped step.
@@ -188,7 +225,10 @@ def _evaluate(
             draft = (c[22] + seconds) * (1.0 if drafting else 0.0)
         if not found:
             continue
-        linear, allreduce = table[key]
+        if dense:
+            allreduce = allreduce_grid[1 if graphed else 0, row]
+        else:
+            linear, allreduce = table_values[slot, 0], table_values[slot, 1]
         kv_read = float(kv_read_i[j])
         pairs = pairs_x2_i[j] / 2.0
         if expansion and decode_only:
@@ -231,31 +271,45 @@ def _evaluate(
     return num_missing
 
 
-def _store(table: Any, keys: FloatArray, linear: FloatArray, allreduce: FloatArray) -> None:
+def _probe(keys: FloatArray, used: NDArray[np.bool_], a: float, b: float, c: float) -> int:
+    """The slot of key ``(a, b, c)`` in an open-addressing table (``keys``, ``used``; its
+    size a power of two): where it is, or the empty slot where it goes."""
+    mask = len(used) - 1
+    slot = (int(a) * 31 + int(b) * 7 + int(c)) & mask
+    while used[slot] and not (keys[slot, 0] == a and keys[slot, 1] == b and keys[slot, 2] == c):
+        slot = (slot + 1) & mask
+    return slot
+
+
+def _store(
+    table_keys: FloatArray,
+    table_values: FloatArray,
+    table_used: NDArray[np.bool_],
+    keys: FloatArray,
+    linear: FloatArray,
+    allreduce: FloatArray,
+) -> None:
     """Add the priced keys (3 × k) to the table."""
     for i in range(keys.shape[1]):
-        table[(keys[0, i], keys[1, i], keys[2, i])] = (linear[i], allreduce[i])
+        slot = _probe(table_keys, table_used, keys[0, i], keys[1, i], keys[2, i])
+        table_used[slot] = True
+        table_keys[slot, 0], table_keys[slot, 1], table_keys[slot, 2] = keys[:, i]
+        table_values[slot, 0], table_values[slot, 1] = linear[i], allreduce[i]
 
 
 @cache
-def _compiled() -> tuple[Callable[..., int], Callable[..., None], Callable[[], Any]] | None:
-    """The evaluator, the table's store and a new empty table, compiled (cached on disk), or
-    None without numba."""
+def _compiled() -> tuple[Callable[..., int], Callable[..., None]] | None:
+    """The evaluator and the table's store, compiled (cached on disk), or None without
+    numba."""
     try:
         import numba
-        from numba import types
-        from numba.typed import Dict
     except ImportError:
         return None
-    key_type = types.UniTuple(types.float64, 3)
-    value_type = types.UniTuple(types.float64, 2)
-
-    def new_table() -> Any:
-        return Dict.empty(key_type=key_type, value_type=value_type)
-
+    # The module's functions call the compiled probe: compiled ones in its namespace.
+    globals()["_probe"] = numba.njit(cache=True, nogil=True)(_probe)
     evaluate: Any = numba.njit(cache=True, nogil=True)(_evaluate)
     store: Any = numba.njit(cache=True, nogil=True)(_store)
-    return evaluate, store, new_table
+    return evaluate, store
 
 
 class LoweredCost:
@@ -264,14 +318,24 @@ class LoweredCost:
     Build it with :func:`lower`, which returns None where the scenario cannot be lowered.
     """
 
-    def __init__(self, cost_model: StepCostModel, drafter: Drafter, speculative: bool) -> None:
+    def __init__(
+        self,
+        cost_model: StepCostModel,
+        drafter: Drafter,
+        speculative: bool,
+        max_tokens: int = 0,
+        max_logits: int = 0,
+        max_seqs: int = 0,
+    ) -> None:
         compiled = _compiled()
         assert compiled is not None and cost_model._parallel is None  # checked by lower()
-        self._evaluate, self._store, new_table = compiled
+        self._evaluate, self._store = compiled
         self.cost_model = cost_model
         self.drafter = drafter
         self.speculative = speculative
-        self._table = new_table()
+        self._num_stored = 0
+        self._new_table(1 << 10)
+        self._linear_grid, self._allreduce_grid = self._grids(max_tokens, max_logits)
         host = cost_model.host
         costs = cost_model.host_costs
         kernels = cost_model._kernels
@@ -286,6 +350,7 @@ class LoweredCost:
         if networks:
             self._levels = np.asarray(drafter.level_nodes, dtype=np.float64)  # type: ignore[attr-defined]
             self._nets = np.array([*_network_terms(networks[0]), *_network_terms(networks[1])])
+        self._first_grid, self._later_grid = self._network_grids(max_tokens, max_seqs)
         c = np.zeros(25, dtype=np.float64)
         if measured_attention:
             assert kernels is not None
@@ -365,7 +430,13 @@ class LoweredCost:
             self._sizes,
             self._flags,
             self._c,
-            self._table,
+            self._table_keys,
+            self._table_values,
+            self._table_used,
+            self._linear_grid,
+            self._allreduce_grid,
+            self._first_grid,
+            self._later_grid,
             out,
             missing,
         )
@@ -378,28 +449,113 @@ class LoweredCost:
         return out[-1], parts
 
     def _price(self, keys: FloatArray) -> None:
-        """Price new keys (padded tokens, logit rows, graphed) with the Python cost model's own
-        terms and store them."""
+        """Price new keys (padded tokens, logit rows, graphed; or a draft forward's tokens,
+        logit rows and network) with the Python cost model's own terms: those within a grid
+        fill their chunk of its rows, the others are stored in the table."""
         keys = np.unique(keys, axis=1)
+        whole = keys[0] == np.floor(keys[0])
+        step = keys[2] < FIRST_NET
+        grid = self._linear_grid
+        inside = step & whole & (keys[0] < grid.shape[0]) & (keys[1] < grid.shape[1])
+        for chunk in np.unique(keys[0, inside].astype(np.int64) // ROWS_PER_FILL).tolist():
+            self._fill(grid, chunk, lambda n, c: self._leaves(n, c, np.zeros(len(n), bool))[0])
+        first_grid = self._first_grid
+        first = (keys[2] == FIRST_NET) & whole
+        first &= (keys[0] < first_grid.shape[0]) & (keys[1] < first_grid.shape[1])
+        for chunk in np.unique(keys[0, first].astype(np.int64) // ROWS_PER_FILL).tolist():
+            self._fill(first_grid, chunk, lambda n, c: _network_linear(self._networks[0], n, c))
+        rest = ~inside & ~first
+        if not rest.any():
+            return
+        keys = np.ascontiguousarray(keys[:, rest])
         linear = np.zeros(keys.shape[1], dtype=np.float64)
         allreduce = np.zeros(keys.shape[1], dtype=np.float64)
         step = keys[2] < FIRST_NET
-        n, n_logits, graphed = keys[0, step], keys[1, step], keys[2, step] > 0
-        model = self.cost_model
-        kernels = model._kernels
-        if kernels is not None and kernels.prices_linear:
-            linear[step] = kernels.linear_s(n, n_logits)
-        else:
-            linear[step] = model.linear_s(n, n_logits)
-        if kernels is not None and kernels.prices_allreduce:
-            allreduce[step] = kernels.allreduce_s(n, graphed)
-        else:
-            allreduce[step] = model.allreduce_s(n)
+        linear[step], allreduce[step] = self._leaves(
+            keys[0, step], keys[1, step], keys[2, step] > 0
+        )
         for which, network in zip((FIRST_NET, LATER_NET), self._networks, strict=False):
             rows = keys[2] == which
             if rows.any():
                 linear[rows] = _network_linear(network, keys[0, rows], keys[1, rows])
-        self._store(self._table, np.ascontiguousarray(keys), linear, allreduce)
+        num_stored = self._num_stored + keys.shape[1]
+        if 2 * num_stored > len(self._table_used):
+            # Keep the table at most half full: a larger one, the old entries moved over.
+            old = self._table_keys[self._table_used].T.copy(), self._table_values[self._table_used]
+            self._new_table(4 * len(self._table_used))
+            self._store(*self._table(), old[0], old[1][:, 0].copy(), old[1][:, 1].copy())
+        self._store(*self._table(), keys, linear, allreduce)
+        self._num_stored = num_stored
+
+    def _new_table(self, size: int) -> None:
+        """An empty table of ``size`` slots (a power of two)."""
+        self._table_keys = np.zeros((size, 3), dtype=np.float64)
+        self._table_values = np.zeros((size, 2), dtype=np.float64)
+        self._table_used = np.zeros(size, dtype=np.bool_)
+        self._num_stored = 0
+
+    def _table(self) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
+        return self._table_keys, self._table_values, self._table_used
+
+    @staticmethod
+    def _fill(
+        grid: FloatArray, chunk: int, price: Callable[[FloatArray, FloatArray], FloatArray]
+    ) -> None:
+        """Price rows ``[chunk·ROWS_PER_FILL, (chunk+1)·ROWS_PER_FILL)`` of ``grid`` (row: the
+        first argument, column: the second), in one contiguous call as the Python model prices
+        a block, so each value is the one it gives."""
+        start = chunk * ROWS_PER_FILL
+        stop = min(start + ROWS_PER_FILL, grid.shape[0])
+        columns = grid.shape[1]
+        rows = np.repeat(np.arange(start, stop, dtype=np.float64), columns)
+        cols = np.tile(np.arange(columns, dtype=np.float64), stop - start)
+        grid[start:stop] = price(rows, cols).reshape(stop - start, columns)
+
+    def _leaves(
+        self, n: FloatArray, n_logits: FloatArray, graphed: NDArray[np.bool_]
+    ) -> tuple[FloatArray, FloatArray]:
+        """The linear layers' and the all-reduce's seconds (the cost model's transcendental
+        terms) at padded tokens ``n`` with ``n_logits`` logit rows, as ``breakdown`` prices
+        them."""
+        model = self.cost_model
+        kernels = model._kernels
+        if kernels is not None and kernels.prices_linear:
+            linear = kernels.linear_s(n, n_logits)
+        else:
+            linear = model.linear_s(n, n_logits)
+        if kernels is not None and kernels.prices_allreduce:
+            allreduce = kernels.allreduce_s(n, graphed)
+        else:
+            allreduce = model.allreduce_s(n)
+        return np.asarray(linear, dtype=np.float64), np.asarray(allreduce, dtype=np.float64)
+
+    def _grids(self, max_tokens: int, max_logits: int) -> tuple[FloatArray, FloatArray]:
+        """The linear term at every whole (tokens, logit rows) up to the bounds (NaN until a
+        step needs its chunk of rows), and the all-reduce at every whole token count out of
+        and in a CUDA graph."""
+        if max_tokens <= 0 or max_logits <= 0:
+            return np.zeros((0, 0)), np.zeros((2, 0))
+        linear = np.full((max_tokens + 1, max_logits + 1), np.nan)
+        tokens = np.arange(max_tokens + 1, dtype=np.float64)
+        allreduce = np.empty((2, max_tokens + 1), dtype=np.float64)
+        for graphed in (0, 1):
+            flags = np.full(len(tokens), bool(graphed))
+            allreduce[graphed] = self._leaves(tokens, np.ones_like(tokens), flags)[1]
+        return linear, allreduce
+
+    def _network_grids(self, max_new: int, max_seqs: int) -> tuple[FloatArray, FloatArray]:
+        """The draft networks' linear terms at every whole (new tokens, sequences) of the
+        first forward (NaN until needed, as :meth:`_grids`) and every sequence count of each
+        later forward."""
+        if not self._networks or max_new <= 0 or max_seqs <= 0:
+            return np.zeros((0, 0)), np.zeros((0, 0))
+        later = self._networks[1]
+        columns = max_seqs + 1
+        later_grid = np.empty((len(self._levels), columns), dtype=np.float64)
+        for level, nodes in enumerate(self._levels):
+            tokens = nodes * np.arange(columns, dtype=np.float64)
+            later_grid[level] = _network_linear(later, tokens, tokens)
+        return np.full((max_new + 1, columns), np.nan), later_grid
 
     def reference(
         self,
@@ -425,6 +581,8 @@ _EMPTY = np.zeros(1, dtype=np.float64)
 
 
 def _int64(values: Any) -> IntArray:
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1:
+        return np.ascontiguousarray(values)
     return np.ascontiguousarray(np.atleast_1d(values), dtype=np.int64)
 
 
@@ -502,10 +660,20 @@ def _network_linear(network: Any, n: FloatArray, n_logits: FloatArray) -> FloatA
     return np.asarray(linear + network._sampling_s_per_logit * n_logits, dtype=np.float64)
 
 
-def lower(cost_model: StepCostModel, drafter: Drafter, speculative: bool) -> LoweredCost | None:
+def lower(
+    cost_model: StepCostModel,
+    drafter: Drafter,
+    speculative: bool,
+    max_tokens: int = 0,
+    max_logits: int = 0,
+    max_seqs: int = 0,
+) -> LoweredCost | None:
     """The compiled evaluator of ``cost_model`` and ``drafter``, or None where it cannot be
     built: without numba, or for a deployment priced by :mod:`sim.parallel_cost` (several
-    attention groups or expert parallelism), which keeps the Python path."""
+    attention groups or expert parallelism), which keeps the Python path. Steps of up to
+    ``max_tokens`` (padded) tokens and ``max_logits`` logit rows read their linear and
+    all-reduce terms from a grid priced once, as do draft forwards of up to ``max_tokens`` new
+    tokens and ``max_seqs`` sequences; others are priced on first use."""
     if _compiled() is None or cost_model._parallel is not None:
         return None
-    return LoweredCost(cost_model, drafter, speculative)
+    return LoweredCost(cost_model, drafter, speculative, max_tokens, max_logits, max_seqs)

@@ -25,8 +25,12 @@ from hypothesis import strategies as st
 from sim.engine import cost_kernel
 from sim.engine.drafter import DraftWork
 from sim.errors import SpecsimError
-from sim.run import build_simulation
+from sim.run import REQUEST_COLUMNS, build_simulation, execute
 from sim.scenario import validate_document
+
+from .harness import EngineSetup, build_core, drive_node, record_of, tight_pool
+from .strategies import engine_setups
+from .test_fast_forward import SCENARIOS, _assert_identical
 
 pytestmark = pytest.mark.skipif(
     cost_kernel._compiled() is None, reason="numba is not installed: only the Python path runs"
@@ -132,7 +136,7 @@ NODES: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]] = [
 
 
 @cache
-def _lowered(name: str) -> tuple[cost_kernel.LoweredCost, int]:
+def _lowered(name: str) -> tuple[cost_kernel.LoweredCost, cost_kernel.LoweredCost, int]:
     _, hardware, model, engine, speculation = next(n for n in NODES if n[0] == name)
     document: dict[str, Any] = {
         "seed": 1,
@@ -155,9 +159,15 @@ def _lowered(name: str) -> tuple[cost_kernel.LoweredCost, int]:
     except SpecsimError as exc:  # the catalogue's own checks: name the combination that broke
         raise AssertionError(f"{name}: {exc}") from exc
     core = simulation.core
-    lowered = cost_kernel.lower(core.cost_model, core.drafter, core.speculative)
-    assert lowered is not None, name
-    return lowered, core.scheduler.config.max_num_seqs
+    # Without grids every term comes from the table; with them, shapes within 3,000 tokens and
+    # 700 logit rows (draft forwards within 3,000 new tokens and 300 sequences) read the grids
+    # (those beyond, the table).
+    lowered = [
+        cost_kernel.lower(core.cost_model, core.drafter, core.speculative, *grid)
+        for grid in ((0, 0, 0), (3_000, 700, 300))
+    ]
+    assert lowered[0] is not None and lowered[1] is not None, name
+    return lowered[0], lowered[1], core.scheduler.config.max_num_seqs
 
 
 @st.composite
@@ -192,16 +202,17 @@ SHAPES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthC
 @SHAPES
 @given(data=st.data())
 def test_lowered_cost_equals_the_python_cost_model(name: str, data: st.DataObject) -> None:
-    lowered, max_seqs = _lowered(name)
+    *both, max_seqs = _lowered(name)
     shape = data.draw(step_shapes(max_seqs))
-    total, parts = lowered.durations(*shape)
-    expected_total, expected = lowered.reference(*shape)
-    for key in cost_kernel.ROWS[:-1]:
-        assert np.array_equal(parts[key], expected[key]), (name, key)
-    assert np.array_equal(total, expected_total), name
-    # A second call reads every term from the table: still the same.
-    again, _ = lowered.durations(*shape)
-    assert np.array_equal(again, expected_total), name
+    expected_total, expected = both[0].reference(*shape)
+    for lowered in both:
+        total, parts = lowered.durations(*shape)
+        for key in cost_kernel.ROWS[:-1]:
+            assert np.array_equal(parts[key], expected[key]), (name, key)
+        assert np.array_equal(total, expected_total), name
+        # A second call reads every term from the table: still the same.
+        again, _ = lowered.durations(*shape)
+        assert np.array_equal(again, expected_total), name
 
 
 def test_a_parallel_layout_keeps_the_python_path() -> None:
@@ -226,3 +237,56 @@ def test_a_parallel_layout_keeps_the_python_path() -> None:
     core = simulation.core
     assert core.cost_model._parallel is not None
     assert cost_kernel.lower(core.cost_model, core.drafter, core.speculative) is None
+
+
+# --- whole runs: the evaluator in the engine --------------------------------------------------
+def _run_scenario(document: dict[str, Any], name: str, compiled_cost: bool) -> Any:
+    simulation = build_simulation(validate_document(document, name), Path("."))
+    simulation.core.compiled_cost = compiled_cost
+    simulation.core.lower_cost_after = 3  # the Python model first, then the evaluator: a switch
+    return execute(simulation), simulation.core
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_identical_records_for_whole_scenarios(name: str) -> None:
+    document = SCENARIOS[name]
+    if name.endswith("kv-pressure"):
+        document = tight_pool(document)
+    (compiled, core), (reference, _) = (
+        _run_scenario(document, name, compiled_cost=flag) for flag in (True, False)
+    )
+    assert core._lowered is not None  # the evaluator did cost this run's later blocks
+    _assert_identical(compiled.steps, reference.steps)
+    _assert_identical(
+        {k: compiled.requests[k] for k in REQUEST_COLUMNS},
+        {k: reference.requests[k] for k in REQUEST_COLUMNS},
+    )
+    del compiled.summary["wall_time_s"], reference.summary["wall_time_s"]
+    assert compiled.summary == reference.summary
+
+
+def _drive(setup: EngineSetup, compiled_cost: bool, fast_forward: bool) -> dict[str, Any]:
+    core = build_core(setup, fast_forward=fast_forward)
+    core.compiled_cost = compiled_cost
+    core.lower_cost_after = 1
+    return record_of(drive_node(setup, core=core)[0])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=engine_setups(speculative=True), fast_forward=st.booleans())
+def test_identical_records_with_random_acceptance_plans(
+    setup: EngineSetup, fast_forward: bool
+) -> None:
+    # Stepping one by one and fast-forwarding both price through the evaluator.
+    compiled = _drive(setup, compiled_cost=True, fast_forward=fast_forward)
+    _assert_identical(compiled, _drive(setup, compiled_cost=False, fast_forward=fast_forward))
+
+
+def test_without_numba_the_python_path_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What an installation without numba sees: no compiled evaluator, the same records.
+    document = SCENARIOS["eagle3-chain"]
+    reference, _ = _run_scenario(document, "eagle3-chain", compiled_cost=True)
+    monkeypatch.setattr(cost_kernel, "_compiled", lambda: None)
+    plain, core = _run_scenario(document, "eagle3-chain", compiled_cost=True)
+    assert core._lowered is None and not core.compiled_cost
+    _assert_identical(plain.steps, reference.steps)
