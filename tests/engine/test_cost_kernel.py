@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine import cost_kernel
+from sim.engine import cost_eval, cost_kernel
 from sim.engine.drafter import DraftWork
 from sim.errors import SpecsimError
 from sim.run import REQUEST_COLUMNS, build_simulation, execute
@@ -33,7 +33,7 @@ from .strategies import engine_setups
 from .test_fast_forward import SCENARIOS, _assert_identical
 
 pytestmark = pytest.mark.skipif(
-    cost_kernel._compiled() is None, reason="numba is not installed: only the Python path runs"
+    cost_eval.compiled() is None, reason="numba is not installed: only the Python path runs"
 )
 
 _EAGLE3 = {"method": "eagle3", "num_speculative_tokens": 3}
@@ -286,7 +286,7 @@ def test_without_numba_the_python_path_runs(monkeypatch: pytest.MonkeyPatch) -> 
     # What an installation without numba sees: no compiled evaluator, the same records.
     document = SCENARIOS["eagle3-chain"]
     reference, _ = _run_scenario(document, "eagle3-chain", compiled_cost=True)
-    monkeypatch.setattr(cost_kernel, "_compiled", lambda: None)
+    monkeypatch.setattr(cost_eval, "compiled", lambda: None)
     plain, core = _run_scenario(document, "eagle3-chain", compiled_cost=True)
     assert core._lowered is None and not core.compiled_cost
     _assert_identical(plain.steps, reference.steps)
