@@ -10,6 +10,9 @@ Targets: 10,000 requests without speculation in ≤ 3.0 s and ≤ 300 MB; with E
 trace-driven acceptance) in ≤ 4 s and ≤ 350 MB; cost linear in the number of steps.
 
 Run: ``python benchmarks/bench_reference.py`` (add ``--quick`` to skip the 100,000-request case).
+``--requests 100000 --eagle3-requests 100000 --cost python`` runs other sizes, and every block
+costed by the Python cost model instead of the compiled evaluator (which a run loads once it has
+costed 20,000 blocks, see ``sim/engine/cost_kernel.py``), to compare the two back to back.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ SCENARIO = HERE / "reference_llama2_70b_a100.yaml"
 CHILD = """
 import json, resource, sys
 from pathlib import Path
-from sim.run import run_scenario
+from sim.run import build_simulation, execute
 from sim.scenario import load_scenario
-scenario, base_dir = load_scenario(Path(sys.argv[1]), sys.argv[2:])
-summary = run_scenario(scenario, base_dir).summary
+scenario, base_dir = load_scenario(Path(sys.argv[2]), sys.argv[3:])
+simulation = build_simulation(scenario, base_dir)
+simulation.core.compiled_cost = sys.argv[1] == "compiled"
+summary = execute(simulation).summary
 figures = {k: summary[k] for k in ("num_steps", "num_completed", "wall_time_s",
            "output_throughput_tok_s", "mean_acceptance_length")}
 usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -48,12 +53,16 @@ EAGLE3 = [
 ]
 
 
-def run_case(overrides: list[str], child: str = CHILD) -> dict[str, float]:
-    """Run one case in a fresh process (``child``'s code); return the figures it prints, with
-    the process's wall time."""
+def run_case(
+    overrides: list[str], child: str = CHILD, cost: str | None = "compiled"
+) -> dict[str, float]:
+    """Run one case in a fresh process (``child``'s code; ``cost``: the compiled evaluator
+    allowed or the Python cost model only, for the default child); return the figures it
+    prints, with the process's wall time."""
     started = time.perf_counter()
+    cost_arg = [] if cost is None else [cost]
     done = subprocess.run(
-        [sys.executable, "-c", child, str(SCENARIO), *overrides],
+        [sys.executable, "-c", child, *cost_arg, str(SCENARIO), *overrides],
         check=True,
         capture_output=True,
         text=True,
@@ -66,15 +75,20 @@ def run_case(overrides: list[str], child: str = CHILD) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip the 100,000-request case")
+    parser.add_argument("--requests", help="comma-separated sizes of the cases without drafts")
+    parser.add_argument("--eagle3-requests", type=int, default=10_000)
+    parser.add_argument("--cost", choices=("compiled", "python"), default="compiled")
     args = parser.parse_args()
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    if args.requests:
+        sizes = [int(size) for size in args.requests.split(",")]
     print(
         f"{'case':<28}{'requests':>10}{'steps':>11}{'process s':>11}{'cpu s':>7}{'sim s':>8}"
         f"{'peak MB':>9}{'us/step':>9}"
     )
-    cases = [("none", n, []) for n in sizes] + [("eagle3 k=3 trace", 10_000, EAGLE3)]
+    cases = [("none", n, []) for n in sizes] + [("eagle3 k=3 trace", args.eagle3_requests, EAGLE3)]
     for label, n, extra in cases:
-        figures = run_case([f"workload.num_requests={n}", *extra])
+        figures = run_case([f"workload.num_requests={n}", *extra], cost=args.cost)
         per_step_us = figures["wall_time_s"] / figures["num_steps"] * 1e6
         print(
             f"{label:<28}{n:>10,}{figures['num_steps']:>11,}{figures['process_wall_s']:>11.2f}"

@@ -54,7 +54,9 @@ def main() -> None:
         reference_us = None
         rows = []
         for label, load in LOADS:
-            figures = run_case([f"workload.num_requests={args.requests}", *load, *extra], CHILD)
+            figures = run_case(
+                [f"workload.num_requests={args.requests}", *load, *extra], CHILD, cost=None
+            )
             per_step_us = figures["cpu_s"] / figures["num_steps"] * 1e6
             if "reference" in label:
                 reference_us = per_step_us

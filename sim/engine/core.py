@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sim.cost_model import StepCostModel
+from sim.engine import cost_kernel
 from sim.engine.block import StepBlock, StepTotals, general_block
 from sim.engine.drafter import Drafter, DraftWork, StepPlan
 from sim.engine.kv_cache import BlockManager
@@ -39,6 +40,11 @@ FloatArray = NDArray[np.float64]
 
 #: Stretches planned in numpy before the compiled pass is loaded (see EngineCore._use_compiled).
 COMPILE_AFTER_STRETCHES = 20_000
+
+#: Blocks costed by the Python cost model before the compiled evaluator is loaded (see
+#: EngineCore._lowered_cost): loading numba and the cached machine code costs about 0.6 s of
+#: CPU and 130 MB, which the evaluator repays after some 10,000 to 20,000 more blocks.
+LOWER_COST_AFTER_BLOCKS = 20_000
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class EngineCore:
         on_finish: Callable[[IntArray, float], None] | None = None,
         check_invariants: bool = False,
         compiled: bool = False,
+        compiled_cost: bool = True,
     ) -> None:
         self.scheduler = scheduler
         self.requests: RequestTable = scheduler.requests
@@ -86,6 +93,13 @@ class EngineCore:
         #: Stretches planned in numpy first (see :meth:`_use_compiled`).
         self.compile_after = COMPILE_AFTER_STRETCHES
         self._num_planned = 0
+        #: Cost blocks with the compiled evaluator (:mod:`sim.engine.cost_kernel`) when numba is
+        #: installed and the scenario can be lowered, once ``lower_cost_after`` blocks were
+        #: costed by the Python model; the durations are the same either way, bit for bit.
+        self.compiled_cost = compiled_cost
+        self.lower_cost_after = LOWER_COST_AFTER_BLOCKS
+        self._num_costed = 0
+        self._lowered: cost_kernel.LoweredCost | None = None
         self.clock_s = 0.0
         self.num_steps = 0
         self.speculative = len(plan.proposed) > 0 or drafter.name != "none"
@@ -96,19 +110,48 @@ class EngineCore:
     def _durations(
         self, totals: StepTotals, work: DraftWork
     ) -> tuple[FloatArray, dict[str, FloatArray]]:
-        parts = self.cost_model.breakdown(totals.shape())
-        if self.speculative:
-            parts["draft_s"] = np.asarray(self.drafter.draft_time_s(work), dtype=np.float64)
+        lowered = self._lowered_cost()
+        if lowered is not None:
+            return lowered.durations(
+                totals.num_seqs,
+                totals.num_tokens,
+                totals.num_logit_tokens,
+                totals.kv_read_tokens,
+                totals.attention_pairs_x2,
+                work,
+            )
         # The order of the sum is fixed (BREAKDOWN_KEYS) so both paths round identically.
-        total = (
-            parts["fixed_s"]
-            + parts["linear_s"]
-            + parts["attention_s"]
-            + parts["allreduce_s"]
-            + parts["sampling_s"]
-            + parts["draft_s"]
+        return cost_kernel.python_durations(
+            self.cost_model, self.drafter, self.speculative, totals.shape(), work
         )
-        return total, parts
+
+    def _lowered_cost(self) -> cost_kernel.LoweredCost | None:
+        """The compiled evaluator, built once ``lower_cost_after`` blocks were costed (None
+        before, when off, without numba, or for a scenario that is not lowered)."""
+        if self._lowered is not None or not self.compiled_cost:
+            return self._lowered
+        self._num_costed += 1
+        if self._num_costed <= self.lower_cost_after:
+            return None
+        config = self.scheduler.config
+        sizes = self.cost_model.host._sizes
+        max_tokens = max(config.max_num_batched_tokens, int(sizes[-1]) if len(sizes) else 0)
+        max_drafts = int(self.plan.proposed.max()) if len(self.plan.proposed) else 0
+        per_seq = 1 + config.extra_tokens_per_decode + max_drafts
+        # Logit rows of any step (decodes and verifications, a completing prefill each), the
+        # grid kept to some 32 MB; larger steps are priced on first use.
+        max_logits = min(config.max_num_seqs * per_seq, (1 << 22) // (max_tokens + 1))
+        self._lowered = cost_kernel.lower(
+            self.cost_model,
+            self.drafter,
+            self.speculative,
+            max_tokens,
+            max_logits,
+            config.max_num_seqs,
+        )
+        if self._lowered is None:
+            self.compiled_cost = False  # the Python path for the rest of the run
+        return self._lowered
 
     def _starts(self, durations: FloatArray) -> FloatArray:
         """Start of each step and the end of the last: a sequential sum from the clock."""

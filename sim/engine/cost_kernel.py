@@ -1,0 +1,431 @@
+"""One scenario's step-cost model lowered to a compiled evaluator.
+
+:meth:`StepCostModel.breakdown <sim.cost_model.StepCostModel.breakdown>` prices a block of steps
+with some forty numpy operations on short arrays; per engine event that is tens of microseconds
+of call overhead for a few dozen numbers. :class:`LoweredCost` reads the cost model's parameters
+once (coefficients, CUDA-graph capture sizes, host-cost terms, the measured attention fits) and
+evaluates every step in one compiled loop (numba; :mod:`sim.engine.cost_eval`), in the Python
+model's order of operations: ``graphed`` and the padded size, attention, the forward, the launch
+stall, the CPU time, and the total in the order of :data:`sim.cost_model.BREAKDOWN_KEYS` with
+the drafting time last.
+
+Exactness. Sums, products, quotients, minima and maxima round the same in compiled code as in
+numpy. Transcendental functions do not: numpy's float64 ``exp``, ``log`` and ``**`` use SIMD
+implementations (AVX-512 here) that differ from the C library's in the last bit for a few
+percent of arguments (measured: 46,023 of 10^6 ``exp`` values). Every transcendental term of the
+cost model sits in the linear layers (GEMM-grid interpolation in log-log, the roofline's p-norm,
+the experts a step touches, the fused-MoE fit) and the measured all-reduce (log-log
+interpolation), and those depend on the step's padded token count, its logit rows and whether it
+replays a CUDA graph alone (a draft network's, on its tokens and logit rows). So the evaluator
+reads them from tables priced by the Python cost model itself: a grid of every whole token count
+up to the token budget by every logit-row count up to the batch's (filled 256 rows at a time,
+when a step first needs one of them: a run touches a few thousand distinct shapes), and for any
+other key a hash table filled on first use. Each value is priced in a contiguous numpy call as
+the Python model prices a block, so it is the value that model gives. The records are then
+those of the Python path, bit for bit; ``tests/engine/test_cost_kernel.py`` checks it over random
+step shapes for every kind of node the catalogue ships, and over whole runs.
+
+Drafting time is lowered for the lookup strategies (n-gram, suffix, lookahead: arithmetic) and
+for the EAGLE family (EAGLE, EAGLE-2, EAGLE-3, MTP: a catch-up forward of one network and one
+forward of another per tree level, each a draft network's forward with its linear term from the
+tables); for Medusa, P-EAGLE, a draft model or an adaptive policy the drafter's own numpy method
+prices it and the evaluator adds it. The drafter's overheads are read when the evaluator is
+built (a fit that swaps them does so before the run). A deployment of
+several attention groups or with expert parallelism (:mod:`sim.parallel_cost`) is not lowered:
+:func:`lower` returns None and the engine keeps the Python path. Without numba likewise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sim.cost_model import StepCostModel, StepShape, smooth_max
+from sim.engine import cost_eval
+from sim.engine.cost_eval import (
+    ATTENTION_KERNELS,
+    ATTENTION_ROOFLINE,
+    DRAFT_CPU,
+    DRAFT_GIVEN,
+    DRAFT_NETWORKS,
+    DRAFT_NONE,
+    FIRST_NET,
+    LATER_NET,
+    NET_TERMS,
+    ROWS,
+    ROWS_PER_FILL,
+)
+from sim.engine.drafter import Drafter, DraftWork
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+
+
+class LoweredCost:
+    """The cost model ``cost_model`` (with ``drafter``'s drafting time) as a compiled evaluator.
+
+    Build it with :func:`lower`, which returns None where the scenario cannot be lowered.
+    """
+
+    def __init__(
+        self,
+        cost_model: StepCostModel,
+        drafter: Drafter,
+        speculative: bool,
+        max_tokens: int = 0,
+        max_logits: int = 0,
+        max_seqs: int = 0,
+    ) -> None:
+        compiled = cost_eval.compiled()
+        assert compiled is not None and cost_model._parallel is None  # checked by lower()
+        self._evaluate, self._store = compiled
+        self.cost_model = cost_model
+        self.drafter = drafter
+        self.speculative = speculative
+        self._num_stored = 0
+        self._new_table(1 << 10)
+        self._linear_grid, self._allreduce_grid = self._grids(max_tokens, max_logits)
+        host = cost_model.host
+        costs = cost_model.host_costs
+        kernels = cost_model._kernels
+        measured_attention = kernels is not None and kernels.prices_attention
+        networks: list[Any] = []
+        draft_form, draft = DRAFT_NONE, (0.0, 0.0, 0.0)
+        if speculative:
+            draft_form, draft, networks = _draft_terms(drafter)
+        self._networks = networks
+        self._levels = np.zeros(0, dtype=np.float64)
+        self._nets = np.zeros(2 * NET_TERMS, dtype=np.float64)
+        if networks:
+            self._levels = np.asarray(drafter.level_nodes, dtype=np.float64)  # type: ignore[attr-defined]
+            self._nets = np.array([*_network_terms(networks[0]), *_network_terms(networks[1])])
+        self._first_grid, self._later_grid = self._network_grids(max_tokens, max_seqs)
+        c = np.zeros(25, dtype=np.float64)
+        if measured_attention:
+            assert kernels is not None
+            dec, pre = kernels._decode, kernels._prefill
+            assert dec is not None and pre is not None
+            c[0], c[1], c[2] = kernels._kv_heads, kernels._head_dim, dec.kv_bytes_per_element
+            c[3], c[4] = dec.floor_s, dec.per_seq_kv_head_s
+            c[5] = dec.bandwidth * dec.hbm_bandwidth_bytes_per_s
+            c[6], c[7], c[8] = pre.floor_s, kernels._heads, pre.per_token_head_s
+            c[9] = 4.0 * kernels._heads * kernels._head_dim
+            c[10] = pre.flops * pre.bf16_dense_flops
+        c[11], c[12], c[13] = (
+            cost_model._kv_s_per_token,
+            cost_model._window_kv_s_per_token,
+            cost_model._window,
+        )
+        c[14], c[15] = cost_model._attention_s_per_pair, cost_model._prefill_s_per_pair
+        c[16] = cost_model._sampling_s_per_logit
+        c[17] = host._eager_launch_s
+        c[18] = costs.per_sequence_overhead_s + (
+            costs.spec_per_sequence_overhead_s if cost_model.speculative else 0
+        )
+        c[19] = costs.per_token_overhead_s
+        c[20] = costs.step_overhead_s
+        c[21] = host.num_layers * costs.per_layer_overhead_s
+        c[22], c[23], c[24] = draft
+        self._c = c
+        self._sizes = np.asarray(host._sizes, dtype=np.int64)
+        self._flags = np.array(
+            [
+                costs.cuda_graph_counts_sequences,
+                costs.cuda_graph_padding,
+                costs.cuda_graph_mixed_steps,
+                costs.cuda_graph_max_tokens,
+                costs.verify_batch_expansion,
+                ATTENTION_KERNELS if measured_attention else ATTENTION_ROOFLINE,
+                bool(cost_model._window),
+                cost_model._prefill_s_per_pair != cost_model._attention_s_per_pair,
+                cost_model.cpu_overlap,
+                draft_form,
+                kernels.num_layers if measured_attention and kernels is not None else 0,
+            ],
+            dtype=np.int64,
+        )
+        self.draft_form = draft_form
+
+    def durations(
+        self,
+        num_seqs: IntArray,
+        num_tokens: IntArray,
+        num_logit_tokens: IntArray,
+        kv_read_tokens: IntArray,
+        attention_pairs_x2: IntArray,
+        work: DraftWork,
+    ) -> tuple[FloatArray, dict[str, FloatArray]]:
+        """Each step's duration and breakdown (as ``EngineCore`` sums them: the cost model's
+        parts, then the drafting time), for steps of the given integer aggregates."""
+        m = len(num_seqs)
+        given = _EMPTY
+        if self.draft_form == DRAFT_GIVEN:
+            given = np.asarray(self.drafter.draft_time_s(work), dtype=np.float64)
+        out = np.empty((len(ROWS), m), dtype=np.float64)
+        missing = np.empty((3, m * (2 + len(self._levels))), dtype=np.float64)
+        args = (
+            _int64(num_seqs),
+            _int64(num_tokens),
+            _int64(num_logit_tokens),
+            _int64(kv_read_tokens),
+            _int64(attention_pairs_x2),
+            _int64(work.num_seqs),
+            _int64(work.num_new_tokens),
+            _int64(work.context_tokens),
+            _int64(work.num_proposed),
+            given,
+            self._levels,
+            self._nets,
+            self._sizes,
+            self._flags,
+            self._c,
+            self._table_keys,
+            self._table_values,
+            self._table_used,
+            self._linear_grid,
+            self._allreduce_grid,
+            self._first_grid,
+            self._later_grid,
+            out,
+            missing,
+        )
+        num_missing = self._evaluate(*args)
+        if num_missing:
+            self._price(missing[:, :num_missing])
+            num_missing = self._evaluate(*args)
+            assert num_missing == 0
+        parts = {key: out[i] for i, key in enumerate(ROWS[:-1])}
+        return out[-1], parts
+
+    def _price(self, keys: FloatArray) -> None:
+        """Price new keys (padded tokens, logit rows, graphed; or a draft forward's tokens,
+        logit rows and network) with the Python cost model's own terms: those within a grid
+        fill their chunk of its rows, the others are stored in the table."""
+        keys = np.unique(keys, axis=1)
+        whole = keys[0] == np.floor(keys[0])
+        step = keys[2] < FIRST_NET
+        grid = self._linear_grid
+        inside = step & whole & (keys[0] < grid.shape[0]) & (keys[1] < grid.shape[1])
+        for chunk in np.unique(keys[0, inside].astype(np.int64) // ROWS_PER_FILL).tolist():
+            self._fill(grid, chunk, lambda n, c: self._leaves(n, c, np.zeros(len(n), bool))[0])
+        first_grid = self._first_grid
+        first = (keys[2] == FIRST_NET) & whole
+        first &= (keys[0] < first_grid.shape[0]) & (keys[1] < first_grid.shape[1])
+        for chunk in np.unique(keys[0, first].astype(np.int64) // ROWS_PER_FILL).tolist():
+            self._fill(first_grid, chunk, lambda n, c: _network_linear(self._networks[0], n, c))
+        rest = ~inside & ~first
+        if not rest.any():
+            return
+        keys = np.ascontiguousarray(keys[:, rest])
+        linear = np.zeros(keys.shape[1], dtype=np.float64)
+        allreduce = np.zeros(keys.shape[1], dtype=np.float64)
+        step = keys[2] < FIRST_NET
+        linear[step], allreduce[step] = self._leaves(
+            keys[0, step], keys[1, step], keys[2, step] > 0
+        )
+        for which, network in zip((FIRST_NET, LATER_NET), self._networks, strict=False):
+            rows = keys[2] == which
+            if rows.any():
+                linear[rows] = _network_linear(network, keys[0, rows], keys[1, rows])
+        num_stored = self._num_stored + keys.shape[1]
+        if 2 * num_stored > len(self._table_used):
+            # Keep the table at most half full: a larger one, the old entries moved over.
+            old = self._table_keys[self._table_used].T.copy(), self._table_values[self._table_used]
+            self._new_table(4 * len(self._table_used))
+            self._store(*self._table(), old[0], old[1][:, 0].copy(), old[1][:, 1].copy())
+        self._store(*self._table(), keys, linear, allreduce)
+        self._num_stored = num_stored
+
+    def _new_table(self, size: int) -> None:
+        """An empty table of ``size`` slots (a power of two)."""
+        self._table_keys = np.zeros((size, 3), dtype=np.float64)
+        self._table_values = np.zeros((size, 2), dtype=np.float64)
+        self._table_used = np.zeros(size, dtype=np.bool_)
+        self._num_stored = 0
+
+    def _table(self) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
+        return self._table_keys, self._table_values, self._table_used
+
+    @staticmethod
+    def _fill(
+        grid: FloatArray, chunk: int, price: Callable[[FloatArray, FloatArray], FloatArray]
+    ) -> None:
+        """Price rows ``[chunk·ROWS_PER_FILL, (chunk+1)·ROWS_PER_FILL)`` of ``grid`` (row: the
+        first argument, column: the second), in one contiguous call as the Python model prices
+        a block, so each value is the one it gives."""
+        start = chunk * ROWS_PER_FILL
+        stop = min(start + ROWS_PER_FILL, grid.shape[0])
+        columns = grid.shape[1]
+        rows = np.repeat(np.arange(start, stop, dtype=np.float64), columns)
+        cols = np.tile(np.arange(columns, dtype=np.float64), stop - start)
+        grid[start:stop] = price(rows, cols).reshape(stop - start, columns)
+
+    def _leaves(
+        self, n: FloatArray, n_logits: FloatArray, graphed: NDArray[np.bool_]
+    ) -> tuple[FloatArray, FloatArray]:
+        """The linear layers' and the all-reduce's seconds (the cost model's transcendental
+        terms) at padded tokens ``n`` with ``n_logits`` logit rows, as ``breakdown`` prices
+        them."""
+        model = self.cost_model
+        kernels = model._kernels
+        if kernels is not None and kernels.prices_linear:
+            linear = kernels.linear_s(n, n_logits)
+        else:
+            linear = model.linear_s(n, n_logits)
+        if kernels is not None and kernels.prices_allreduce:
+            allreduce = kernels.allreduce_s(n, graphed)
+        else:
+            allreduce = model.allreduce_s(n)
+        return np.asarray(linear, dtype=np.float64), np.asarray(allreduce, dtype=np.float64)
+
+    def _grids(self, max_tokens: int, max_logits: int) -> tuple[FloatArray, FloatArray]:
+        """The linear term at every whole (tokens, logit rows) up to the bounds (NaN until a
+        step needs its chunk of rows), and the all-reduce at every whole token count out of
+        and in a CUDA graph."""
+        if max_tokens <= 0 or max_logits <= 0:
+            return np.zeros((0, 0)), np.zeros((2, 0))
+        linear = np.full((max_tokens + 1, max_logits + 1), np.nan)
+        tokens = np.arange(max_tokens + 1, dtype=np.float64)
+        allreduce = np.empty((2, max_tokens + 1), dtype=np.float64)
+        for graphed in (0, 1):
+            flags = np.full(len(tokens), bool(graphed))
+            allreduce[graphed] = self._leaves(tokens, np.ones_like(tokens), flags)[1]
+        return linear, allreduce
+
+    def _network_grids(self, max_new: int, max_seqs: int) -> tuple[FloatArray, FloatArray]:
+        """The draft networks' linear terms at every whole (new tokens, sequences) of the
+        first forward (NaN until needed, as :meth:`_grids`) and every sequence count of each
+        later forward."""
+        if not self._networks or max_new <= 0 or max_seqs <= 0:
+            return np.zeros((0, 0)), np.zeros((0, 0))
+        later = self._networks[1]
+        columns = max_seqs + 1
+        later_grid = np.empty((len(self._levels), columns), dtype=np.float64)
+        for level, nodes in enumerate(self._levels):
+            tokens = nodes * np.arange(columns, dtype=np.float64)
+            later_grid[level] = _network_linear(later, tokens, tokens)
+        return np.full((max_new + 1, columns), np.nan), later_grid
+
+    def reference(
+        self,
+        num_seqs: IntArray,
+        num_tokens: IntArray,
+        num_logit_tokens: IntArray,
+        kv_read_tokens: IntArray,
+        attention_pairs_x2: IntArray,
+        work: DraftWork,
+    ) -> tuple[FloatArray, dict[str, FloatArray]]:
+        """:meth:`durations` by the Python cost model and drafter (the reference path)."""
+        shape = StepShape(
+            num_seqs=num_seqs,
+            num_tokens=num_tokens,
+            num_logit_tokens=num_logit_tokens,
+            kv_read_tokens=kv_read_tokens,
+            attention_pairs=attention_pairs_x2 / 2.0,
+        )
+        return python_durations(self.cost_model, self.drafter, self.speculative, shape, work)
+
+
+_EMPTY = np.zeros(1, dtype=np.float64)
+
+
+def _int64(values: Any) -> IntArray:
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1:
+        return np.ascontiguousarray(values)
+    return np.ascontiguousarray(np.atleast_1d(values), dtype=np.int64)
+
+
+def python_durations(
+    cost_model: StepCostModel,
+    drafter: Drafter,
+    speculative: bool,
+    shape: StepShape,
+    work: DraftWork,
+) -> tuple[FloatArray, dict[str, FloatArray]]:
+    """Each step's duration and breakdown by the Python cost model: its parts, then the
+    drafting time when the steps draft, summed in a fixed order so that every path rounds
+    alike."""
+    parts = cost_model.breakdown(shape)
+    if speculative:
+        parts["draft_s"] = np.asarray(drafter.draft_time_s(work), dtype=np.float64)
+    total = (
+        parts["fixed_s"]
+        + parts["linear_s"]
+        + parts["attention_s"]
+        + parts["allreduce_s"]
+        + parts["sampling_s"]
+        + parts["draft_s"]
+    )
+    return total, parts
+
+
+def _draft_terms(drafter: Drafter) -> tuple[int, tuple[float, float, float], list[Any]]:
+    """How ``drafter``'s time is priced: in the evaluator from its CPU terms (the lookup
+    strategies, whose ``draft_time_s`` is ``where(seqs > 0, per_step + per_seq·seqs (+
+    per_context_token·context), 0)``) or its draft networks' forwards (EAGLE, EAGLE-3, MTP:
+    :class:`~sim.drafting.eagle.EagleStrategy`), or by the drafter itself. Also the constant
+    terms and, for networks, the two :class:`~sim.drafting.network.NetworkCost`."""
+    from sim.drafting.eagle import EagleStrategy
+    from sim.drafting.lookahead import LookaheadStrategy
+    from sim.drafting.ngram import NgramStrategy
+
+    kind = type(drafter)
+    if drafter.name == "none" and kind.__name__ in ("NoDrafter", "NoSpeculation"):
+        return DRAFT_NONE, (0.0, 0.0, 0.0), []
+    if issubclass(kind, NgramStrategy) and kind.draft_time_s is NgramStrategy.draft_time_s:
+        o = drafter.overheads  # type: ignore[attr-defined]
+        return DRAFT_CPU, (o.per_step_s, o.cpu_per_seq_s, o.cpu_per_context_token_s), []
+    if kind is LookaheadStrategy:
+        o = drafter.overheads  # type: ignore[attr-defined]
+        return DRAFT_CPU, (o.per_step_s, o.cpu_per_seq_s, 0.0), []
+    if kind is EagleStrategy:
+        assert isinstance(drafter, EagleStrategy)
+        o = drafter.overheads
+        fixed_s = o.per_step_s + (1 + len(drafter.level_nodes)) * o.per_forward_s
+        return DRAFT_NETWORKS, (fixed_s, 0.0, 0.0), [drafter.first, drafter.later]
+    return DRAFT_GIVEN, (0.0, 0.0, 0.0), []
+
+
+def _network_terms(network: Any) -> list[float]:
+    """The constant terms of a draft network's forward (``NetworkCost.forward_s``), in the
+    order the evaluator reads them: KV seconds per token, seconds per causal pair, fixed
+    seconds, whether it launches eagerly outside CUDA graphs, its launch time, and a spare."""
+    launch = network._host.costs.eager_launch_s_per_layer * network.network.num_layers
+    return [
+        network._kv_s_per_token,
+        network._attention_s_per_pair,
+        network._fixed_s,
+        1.0 if network._eager else 0.0,
+        launch,
+        0.0,
+    ]
+
+
+def _network_linear(network: Any, n: FloatArray, n_logits: FloatArray) -> FloatArray:
+    """A draft network's linear layers and sampling (``NetworkCost.forward_s``'s terms that
+    are not arithmetic)."""
+    flop_s = network._flop_s_per_token * n + network._flop_s_per_logit * n_logits
+    linear = smooth_max(network._weight_s, flop_s, network._p)
+    return np.asarray(linear + network._sampling_s_per_logit * n_logits, dtype=np.float64)
+
+
+def lower(
+    cost_model: StepCostModel,
+    drafter: Drafter,
+    speculative: bool,
+    max_tokens: int = 0,
+    max_logits: int = 0,
+    max_seqs: int = 0,
+) -> LoweredCost | None:
+    """The compiled evaluator of ``cost_model`` and ``drafter``, or None where it cannot be
+    built: without numba, or for a deployment priced by :mod:`sim.parallel_cost` (several
+    attention groups or expert parallelism), which keeps the Python path. Steps of up to
+    ``max_tokens`` (padded) tokens and ``max_logits`` logit rows read their linear and
+    all-reduce terms from a grid priced once, as do draft forwards of up to ``max_tokens`` new
+    tokens and ``max_seqs`` sequences; others are priced on first use."""
+    if cost_eval.compiled() is None or cost_model._parallel is not None:
+        return None
+    return LoweredCost(cost_model, drafter, speculative, max_tokens, max_logits, max_seqs)

@@ -1,0 +1,292 @@
+"""The compiled step-cost evaluator gives the Python cost model's durations, bit for bit.
+
+:mod:`sim.engine.cost_kernel` lowers one scenario's cost model (and its drafter's time) to a
+compiled loop that repeats the Python model's operations in the same order. Floating-point
+addition is not associative, so any change of order, any missed term or any parameter read
+wrongly shows as a difference in the last bit: these tests compare every part of the breakdown
+and the total with ``array_equal`` over random step shapes, for every kind of node and method the
+catalogue ships (dense and MoE models, MLA and sliding-window attention, tensor parallelism with
+and without measured all-reduce tables, FP8 weights, a roofline-priced GPU, each engine preset's
+host mechanisms, and the drafting strategies). A scenario the evaluator does not lower (several
+attention groups or expert parallelism) must say so by returning None.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.engine import cost_eval, cost_kernel
+from sim.engine.drafter import DraftWork
+from sim.errors import SpecsimError
+from sim.run import REQUEST_COLUMNS, build_simulation, execute
+from sim.scenario import validate_document
+
+from .harness import EngineSetup, build_core, drive_node, record_of, tight_pool
+from .strategies import engine_setups
+from .test_fast_forward import SCENARIOS, _assert_identical
+
+pytestmark = pytest.mark.skipif(
+    cost_eval.compiled() is None, reason="numba is not installed: only the Python path runs"
+)
+
+_EAGLE3 = {"method": "eagle3", "num_speculative_tokens": 3}
+_NGRAM = {"method": "ngram", "num_speculative_tokens": 4}
+
+#: (name, hardware, model, engine, speculation): one of each kind of node and method.
+NODES: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]] = [
+    ("a100-roofline-tp2", {"gpu": "a100-80gb", "num_gpus": 2}, "llama-2-70b", {}, {}),
+    ("a100-roofline-eagle3", {"gpu": "a100-80gb", "num_gpus": 2}, "llama-2-70b", {}, _EAGLE3),
+    ("h100-dense", {"gpu": "h100-sxm", "num_gpus": 1}, "llama-3.1-8b", {}, {}),
+    ("h100-dense-eagle3", {"gpu": "h100-sxm", "num_gpus": 1}, "llama-3.1-8b", {}, _EAGLE3),
+    ("h100-dense-ngram", {"gpu": "h100-sxm", "num_gpus": 1}, "llama-3.1-8b", {}, _NGRAM),
+    (
+        "h100-dense-suffix",
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "llama-3.1-8b",
+        {},
+        {"method": "suffix"},
+    ),
+    (
+        "h100-dense-lookahead",
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "llama-3.1-8b",
+        {"preset": "trtllm-1.0"},
+        {"method": "lookahead", "num_speculative_tokens": 3},
+    ),
+    (
+        "h100-dense-medusa",
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "vicuna-13b",
+        {},
+        {"method": "medusa"},
+    ),
+    (
+        "h100-dense-eagle-tree",
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "llama-3.1-8b",
+        {},
+        {"method": "eagle", "tree": {"shape": [2, 2, 2]}},
+    ),
+    (
+        "h100-tp4-draft-model",
+        {"gpu": "h100-sxm", "num_gpus": 4},
+        "llama-3.1-70b",
+        {},
+        {"method": "draft_model", "draft_model": "llama-3.2-1b", "num_speculative_tokens": 5},
+    ),
+    ("h100-tp8-eagle3", {"gpu": "h100-sxm", "num_gpus": 8}, "llama-3.1-70b", {}, _EAGLE3),
+    ("h100-moe-tp2", {"gpu": "h100-sxm", "num_gpus": 2}, "mixtral-8x7b", {}, {}),
+    ("h100-moe-qwen3", {"gpu": "h100-sxm", "num_gpus": 1}, "qwen3-30b-a3b", {}, _EAGLE3),
+    ("h100-sliding-window-moe", {"gpu": "h100-sxm", "num_gpus": 1}, "gpt-oss-20b", {}, {}),
+    ("b200-mla-moe-tp8", {"gpu": "b200", "num_gpus": 8}, "deepseek-v3", {}, {}),
+    (
+        "b200-mla-moe-mtp",
+        {"gpu": "b200", "num_gpus": 8},
+        "deepseek-v3",
+        {},
+        {"method": "mtp", "num_speculative_tokens": 1},
+    ),
+    ("b200-roofline", {"gpu": "b200", "num_gpus": 1}, "qwen3-8b", {}, {}),
+    (
+        "vllm-v0-eagle",
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "llama-3.1-8b",
+        {"preset": "vllm-v0"},
+        {"method": "eagle"},
+    ),
+    ("vllm-v0", {"gpu": "h100-sxm", "num_gpus": 1}, "llama-3.1-8b", {"preset": "vllm-v0"}, {}),
+    (
+        "vllm-v1-async",
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "llama-3.1-8b",
+        {"preset": "vllm-v1-async"},
+        _EAGLE3,
+    ),
+    (
+        "sglang-0.4",
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "llama-3.1-8b",
+        {"preset": "sglang-0.4"},
+        {},
+    ),
+    (
+        "sglang-0.4-eagle2-tree",
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "llama-3.1-8b",
+        {"preset": "sglang-0.4"},
+        {"method": "eagle2", "tree": {"topk": 4, "depth": 5, "num_draft_tokens": 8}},
+    ),
+    (
+        "sglang-0.5-eagle3",
+        {"gpu": "h100-sxm", "num_gpus": 2},
+        "llama-3.1-70b",
+        {"preset": "sglang-0.5"},
+        _EAGLE3,
+    ),
+    ("trtllm", {"gpu": "h100-sxm", "num_gpus": 2}, "llama-3.1-70b", {"preset": "trtllm-1.0"}, {}),
+    ("llamacpp", {"gpu": "h100-sxm", "num_gpus": 1}, "llama-3.1-8b", {"preset": "llamacpp"}, {}),
+]
+
+
+@cache
+def _lowered(name: str) -> tuple[cost_kernel.LoweredCost, cost_kernel.LoweredCost, int]:
+    _, hardware, model, engine, speculation = next(n for n in NODES if n[0] == name)
+    document: dict[str, Any] = {
+        "seed": 1,
+        "hardware": hardware,
+        "model": model,
+        "engine": engine,
+        # Acceptance only shapes the plans, not the cost: a flat rate suits every method.
+        "speculation": {**speculation, "acceptance": {"alpha": 0.7}}
+        if speculation
+        else {"method": "none"},
+        "workload": {
+            "num_requests": 4,
+            "arrival": {"process": "poisson", "rate_per_s": 1.0},
+            "prompt_tokens": {"distribution": "uniform", "low": 20, "high": 60},
+            "output_tokens": {"distribution": "uniform", "low": 2, "high": 20},
+        },
+    }
+    try:
+        simulation = build_simulation(validate_document(document, name), Path("."))
+    except SpecsimError as exc:  # the catalogue's own checks: name the combination that broke
+        raise AssertionError(f"{name}: {exc}") from exc
+    core = simulation.core
+    # Without grids every term comes from the table; with them, shapes within 3,000 tokens and
+    # 700 logit rows (draft forwards within 3,000 new tokens and 300 sequences) read the grids
+    # (those beyond, the table).
+    lowered = [
+        cost_kernel.lower(core.cost_model, core.drafter, core.speculative, *grid)
+        for grid in ((0, 0, 0), (3_000, 700, 300))
+    ]
+    assert lowered[0] is not None and lowered[1] is not None, name
+    return lowered[0], lowered[1], core.scheduler.config.max_num_seqs
+
+
+@st.composite
+def step_shapes(draw: st.DrawFn, max_seqs: int) -> tuple[Any, ...]:
+    """Random blocks of steps: decode-only steps (every token yields logits: plain decodes and
+    verify steps of k + 1 tokens, CUDA-graph sizes and beyond) mixed with prefill steps."""
+    m = draw(st.integers(1, 12))
+    b = np.array(draw(st.lists(st.integers(1, max(2, 2 * max_seqs)), min_size=m, max_size=m)))
+    per_seq = np.array(draw(st.lists(st.integers(1, 9), min_size=m, max_size=m)))
+    prefill = np.array(draw(st.lists(st.integers(0, 20_000), min_size=m, max_size=m)))
+    decode_only = np.array(draw(st.lists(st.booleans(), min_size=m, max_size=m)))
+    logits = b * per_seq
+    tokens = np.where(decode_only, logits, logits + prefill)
+    context = np.array(draw(st.lists(st.integers(0, 4_000), min_size=m, max_size=m)))
+    kv_read = b * context + tokens
+    pairs_x2 = tokens * (2 * context + 1) + np.where(decode_only, 0, prefill * prefill)
+    drafting = np.array(draw(st.lists(st.integers(0, 1), min_size=m, max_size=m))) * b
+    work = DraftWork(
+        num_seqs=drafting,
+        num_new_tokens=drafting * per_seq,
+        context_tokens=drafting * (context + per_seq),
+        num_full_accept=drafting // 2,
+        num_proposed=drafting * 3,
+    )
+    return (b, tokens, logits, kv_read, pairs_x2, work)
+
+
+SHAPES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("name", [n[0] for n in NODES])
+@SHAPES
+@given(data=st.data())
+def test_lowered_cost_equals_the_python_cost_model(name: str, data: st.DataObject) -> None:
+    *both, max_seqs = _lowered(name)
+    shape = data.draw(step_shapes(max_seqs))
+    expected_total, expected = both[0].reference(*shape)
+    for lowered in both:
+        total, parts = lowered.durations(*shape)
+        for key in cost_kernel.ROWS[:-1]:
+            assert np.array_equal(parts[key], expected[key]), (name, key)
+        assert np.array_equal(total, expected_total), name
+        # A second call reads every term from the table: still the same.
+        again, _ = lowered.durations(*shape)
+        assert np.array_equal(again, expected_total), name
+
+
+def test_a_parallel_layout_keeps_the_python_path() -> None:
+    document: dict[str, Any] = {
+        "seed": 1,
+        "hardware": {
+            "gpu": "b200",
+            "num_gpus": 8,
+            "num_nodes": 2,
+            "tensor_parallel": 8,
+            "expert_parallel": 16,
+        },
+        "model": "deepseek-v3",
+        "workload": {
+            "num_requests": 4,
+            "arrival": {"process": "poisson", "rate_per_s": 1.0},
+            "prompt_tokens": {"distribution": "uniform", "low": 20, "high": 60},
+            "output_tokens": {"distribution": "uniform", "low": 2, "high": 20},
+        },
+    }
+    simulation = build_simulation(validate_document(document, "dp"), Path("."))
+    core = simulation.core
+    assert core.cost_model._parallel is not None
+    assert cost_kernel.lower(core.cost_model, core.drafter, core.speculative) is None
+
+
+# --- whole runs: the evaluator in the engine --------------------------------------------------
+def _run_scenario(document: dict[str, Any], name: str, compiled_cost: bool) -> Any:
+    simulation = build_simulation(validate_document(document, name), Path("."))
+    simulation.core.compiled_cost = compiled_cost
+    simulation.core.lower_cost_after = 3  # the Python model first, then the evaluator: a switch
+    return execute(simulation), simulation.core
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_identical_records_for_whole_scenarios(name: str) -> None:
+    document = SCENARIOS[name]
+    if name.endswith("kv-pressure"):
+        document = tight_pool(document)
+    (compiled, core), (reference, _) = (
+        _run_scenario(document, name, compiled_cost=flag) for flag in (True, False)
+    )
+    assert core._lowered is not None  # the evaluator did cost this run's later blocks
+    _assert_identical(compiled.steps, reference.steps)
+    _assert_identical(
+        {k: compiled.requests[k] for k in REQUEST_COLUMNS},
+        {k: reference.requests[k] for k in REQUEST_COLUMNS},
+    )
+    del compiled.summary["wall_time_s"], reference.summary["wall_time_s"]
+    assert compiled.summary == reference.summary
+
+
+def _drive(setup: EngineSetup, compiled_cost: bool, fast_forward: bool) -> dict[str, Any]:
+    core = build_core(setup, fast_forward=fast_forward)
+    core.compiled_cost = compiled_cost
+    core.lower_cost_after = 1
+    return record_of(drive_node(setup, core=core)[0])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=engine_setups(speculative=True), fast_forward=st.booleans())
+def test_identical_records_with_random_acceptance_plans(
+    setup: EngineSetup, fast_forward: bool
+) -> None:
+    # Stepping one by one and fast-forwarding both price through the evaluator.
+    compiled = _drive(setup, compiled_cost=True, fast_forward=fast_forward)
+    _assert_identical(compiled, _drive(setup, compiled_cost=False, fast_forward=fast_forward))
+
+
+def test_without_numba_the_python_path_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What an installation without numba sees: no compiled evaluator, the same records.
+    document = SCENARIOS["eagle3-chain"]
+    reference, _ = _run_scenario(document, "eagle3-chain", compiled_cost=True)
+    monkeypatch.setattr(cost_eval, "compiled", lambda: None)
+    plain, core = _run_scenario(document, "eagle3-chain", compiled_cost=True)
+    assert core._lowered is None and not core.compiled_cost
+    _assert_identical(plain.steps, reference.steps)
