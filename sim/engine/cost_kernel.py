@@ -421,11 +421,18 @@ def lower(
     max_seqs: int = 0,
 ) -> LoweredCost | None:
     """The compiled evaluator of ``cost_model`` and ``drafter``, or None where it cannot be
-    built: without numba, or for a deployment priced by :mod:`sim.parallel_cost` (several
-    attention groups or expert parallelism), which keeps the Python path. Steps of up to
+    built: without numba, for a deployment priced by :mod:`sim.parallel_cost` (several
+    attention groups or expert parallelism), for a pipeline (:mod:`sim.pipeline` prices the
+    step as its stages' round trip) or for linear-attention layers' per-sequence state
+    (:mod:`sim.linear_attention`); those keep the Python path. Steps of up to
     ``max_tokens`` (padded) tokens and ``max_logits`` logit rows read their linear and
     all-reduce terms from a grid priced once, as do draft forwards of up to ``max_tokens`` new
     tokens and ``max_seqs`` sequences; others are priced on first use."""
-    if cost_eval.compiled() is None or cost_model._parallel is not None:
+    if (
+        cost_eval.compiled() is None
+        or cost_model._parallel is not None
+        or type(cost_model) is not StepCostModel
+        or cost_model._state_s_per_seq != 0.0
+    ):
         return None
     return LoweredCost(cost_model, drafter, speculative, max_tokens, max_logits, max_seqs)

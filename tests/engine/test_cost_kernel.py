@@ -239,6 +239,29 @@ def test_a_parallel_layout_keeps_the_python_path() -> None:
     assert cost_kernel.lower(core.cost_model, core.drafter, core.speculative) is None
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # A pipeline prices a step as its stages' round trip (sim/pipeline.py).
+        {
+            "model": "llama-3.1-70b",
+            "hardware": {"gpu": "h100-sxm", "num_gpus": 8, "num_nodes": 2, "pipeline_parallel": 2},
+        },
+        # Gated DeltaNet layers read and write a state per sequence (sim/linear_attention.py).
+        {
+            "model": "qwen3-next-80b-a3b",
+            "precision": {"weights": "fp8"},
+            "hardware": {"gpu": "h200", "num_gpus": 2},
+        },
+    ],
+    ids=["pipeline", "linear-attention"],
+)
+def test_terms_the_evaluator_does_not_carry_keep_the_python_path(extra: dict[str, Any]) -> None:
+    document: dict[str, Any] = {"seed": 1, "workload": {"num_requests": 4}, **extra}
+    core = build_simulation(validate_document(document, "kept"), Path(".")).core
+    assert cost_kernel.lower(core.cost_model, core.drafter, core.speculative) is None
+
+
 # --- whole runs: the evaluator in the engine --------------------------------------------------
 def _run_scenario(document: dict[str, Any], name: str, compiled_cost: bool) -> Any:
     simulation = build_simulation(validate_document(document, name), Path("."))
