@@ -1,4 +1,4 @@
-"""Rebuild the calibrated profiles shipped in ``calibration/profiles/`` from the shared data.
+"""Rebuild the calibrated profiles shipped in ``sim/data/profiles/`` from the shared data.
 
 * ``vllm-0.19-llama-3.1-8b-rtx-pro-6000``: the engine overheads fitted by replaying the real vLLM
   0.19.0 run of Llama-3.1-8B on one RTX PRO 6000 (300 ShareGPT requests at about 10/s,
@@ -22,8 +22,8 @@ from pathlib import Path
 from calibration.calibrate import calibrate
 from calibration.hardware_efficiency import default_shared
 from calibration.profile import profile_yaml
+from sim.profiles import PROFILE_DIR
 
-PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 BUILD_DATE = dt.date(2026, 4, 26)
 TIMINGS = "data/vllm-artifacts/vllm_request_timings/requests.jsonl"
 TRACE_DIR = "data/acceptance-traces/llama-3.1-8b-h100-vllm"

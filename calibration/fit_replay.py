@@ -25,10 +25,10 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from calibration.fit_simulation import Experiment, as_flags
-from calibration.parsers import detect_kind, parse_artifact
-from calibration.parsers.request_timings import resolve_requests_file
-from calibration.replay import read_replay_requests
-from calibration.schema import ParsedArtifact
+from sim.artifacts import detect_kind, parse_artifact
+from sim.artifacts.replay import read_replay_requests
+from sim.artifacts.request_timings import resolve_requests_file
+from sim.artifacts.schema import ParsedArtifact
 from sim.errors import CalibrationError, SpecsimError
 from sim.run import run_scenario
 from sim.scenario import validate_document
@@ -76,7 +76,7 @@ def read_measured_run(path: Path) -> MeasuredRun:
     """Read a request-timing artifact in the order the workload replays it.
 
     The replay keeps successful requests with at least one output token and sorts them by arrival
-    (:func:`calibration.replay.read_replay_requests`); the same selection is applied here so that
+    (:func:`sim.artifacts.replay.read_replay_requests`); the same selection is applied here so that
     simulated request i is measured request i.
     Raise CalibrationError naming the file if it has no per-request TTFT and end-to-end latency.
     """

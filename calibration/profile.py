@@ -21,8 +21,8 @@ from calibration.fit_replay import ReplayFit
 from calibration.fit_simulation import SimulationFit
 from calibration.fit_step_cost import StepFit
 from calibration.parameters import PARAMETERS, efficiency_override
-from calibration.schema import ParsedArtifact
 from sim import __version__
+from sim.artifacts.schema import ParsedArtifact
 from sim.errors import CalibrationError
 from sim.output import atomic_write
 from sim.profiles import FORMAT_VERSION

@@ -33,10 +33,10 @@ import numpy as np
 import typer
 
 from reports.slo import SloTerm, slo_value
-from sim.cli_options import ForceOpt, ScenarioArg, SetOpt
 from sim.errors import ScenarioError, SpecsimError
 from sim.run import run_scenario
 from sim.scenario import Scenario, validate_document
+from specsim.cli_options import ForceOpt, ScenarioArg, SetOpt
 
 #: A fleet keeps up when, over the second half of the arrivals, it finishes at least this share
 #: of the requests that arrive in that window (a growing backlog fails it).
@@ -350,7 +350,7 @@ def format_plan(plan: FleetPlanResult) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add ``specsim fleet-plan`` to the command line."""
-    from sim.cli import user_errors
+    from specsim.cli import user_errors
 
     @app.command("fleet-plan")
     @user_errors

@@ -8,7 +8,7 @@ date), an optional ``engine`` section (the fitted per-step and per-sequence over
 present, says what the fit could not do (a parameter fixed or ended on a bound, an approximation of
 the rebuilt run); it is for the reader and changes nothing here. Scenarios name a profile by path
 (``*.yaml``, relative to the scenario file) or by the name of a profile shipped in
-``calibration/profiles/``:
+``sim/data/profiles/``:
 ``engine.profile`` takes the engine values, ``speculation.acceptance.profile`` the acceptance law.
 """
 
@@ -24,8 +24,8 @@ from sim.cost_model import Efficiency
 from sim.errors import ScenarioError
 from sim.inputs import InputError, load_yaml, read_text
 
-#: Where shipped calibrated profiles live (package data of ``calibration``).
-PROFILE_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
+#: Where shipped calibrated profiles live (package data of ``sim``).
+PROFILE_DIR = Path(__file__).resolve().parent / "data" / "profiles"
 PROFILE_SUFFIXES = (".yaml", ".yml")
 FORMAT_VERSION = 1
 
@@ -51,7 +51,7 @@ class EngineProfile:
 
 
 def shipped_profile_names() -> list[str]:
-    """Names of the profiles shipped in ``calibration/profiles/`` (file stems)."""
+    """Names of the profiles shipped in ``sim/data/profiles/`` (file stems)."""
     if not PROFILE_DIR.is_dir():
         return []
     return sorted(p.stem for p in PROFILE_DIR.iterdir() if p.suffix in PROFILE_SUFFIXES)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
 from sim.errors import CalibrationError, ScenarioError
 from sim.inputs import MAX_DEPTH, MAX_NODES, InputError, decode_text, load_yaml
 from sim.scenario import load_scenario
+from specsim.cli import app
 
 
 def _billion_laughs(levels: int = 9, fan: int = 9) -> str:

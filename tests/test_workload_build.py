@@ -204,16 +204,16 @@ class _FakeReplay:
 
 
 def _install_replay(monkeypatch: pytest.MonkeyPatch, replay: _FakeReplay) -> list[Path]:
-    """Stand in for calibration.replay so the JSON path is tested without the vLLM parsers."""
+    """Stand in for sim.artifacts.replay so the JSON path is tested without the vLLM parsers."""
     calls: list[Path] = []
 
     def read_replay_requests(path: Path) -> _FakeReplay:
         calls.append(path)
         return replay
 
-    module = types.ModuleType("calibration.replay")
+    module = types.ModuleType("sim.artifacts.replay")
     module.read_replay_requests = read_replay_requests  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "calibration.replay", module)
+    monkeypatch.setitem(sys.modules, "sim.artifacts.replay", module)
     return calls
 
 

@@ -2,7 +2,7 @@
 
 A trace is a CSV with one row per request and the columns ``arrived_at`` (seconds),
 ``num_prefill_tokens`` and ``num_decode_tokens`` (the layout of the Splitwise/Azure 2023 traces as
-Vidur processes them), or any file :func:`calibration.replay.read_replay_requests` reads: a
+Vidur processes them), or any file :func:`sim.artifacts.replay.read_replay_requests` reads: a
 ``vllm bench serve`` result JSON or a request-timings ``requests.jsonl``.
 """
 
@@ -158,7 +158,7 @@ def read_trace(path: Path) -> TraceRequests:
         return _read_csv_trace(path)
     # Imported here: the replay reader belongs to the calibration package and is only needed for
     # vLLM artifacts.
-    from calibration.replay import read_replay_requests
+    from sim.artifacts.replay import read_replay_requests
 
     replay = read_replay_requests(path)
     arrival_at_s = replay.arrival_at_s

@@ -26,7 +26,6 @@ from sim.acceptance.policy import (
     SglangEmaPolicy,
     build_policy,
 )
-from sim.cli import app
 from sim.errors import ScenarioError
 from sim.lossless import (
     direct_sequences,
@@ -36,6 +35,7 @@ from sim.lossless import (
 from sim.run import build_simulation, execute
 from sim.sampling import sample_categorical, speculative_chain_step
 from sim.scenario import validate_document
+from specsim.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 

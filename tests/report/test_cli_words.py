@@ -53,10 +53,10 @@ def test_catalogue_lists_models_with_their_hugging_face_ids(
 
 
 def _specsim(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m sim ARGS`` from the repository root, as a user runs it."""
+    """``python -m specsim ARGS`` from the repository root, as a user runs it."""
     env = {**os.environ, "COLUMNS": "120"}
     return subprocess.run(
-        [sys.executable, "-m", "sim", *args],
+        [sys.executable, "-m", "specsim", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -6,7 +6,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sim.cli import app
+from specsim.cli import app
 
 
 @pytest.fixture

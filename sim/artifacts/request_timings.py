@@ -19,15 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.parsers.reading import (
+from sim.artifacts.reading import (
     Source,
     as_float,
     failure,
     json_objects,
     read_source,
 )
-from calibration.parsers.tables import IntervalRow, interval_table
-from calibration.schema import IntervalTable, ParsedArtifact, RequestTable, RunMetadata
+from sim.artifacts.schema import IntervalTable, ParsedArtifact, RequestTable, RunMetadata
+from sim.artifacts.tables import IntervalRow, interval_table
 
 KIND = "vllm_request_timings"
 

@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from calibration.parsers.reading import Source, failure
+from sim.artifacts.reading import Source, failure
 
 _FIELD_SEPARATOR = re.compile(r",\s+(?=[A-Z])")
 _LEADING_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from calibration.parsers.bench_console import percentile_key
-from calibration.parsers.reading import as_float, failure, json_documents, rate_per_s, read_source
-from calibration.schema import ParsedArtifact, RunMetadata
+from sim.artifacts.bench_console import percentile_key
+from sim.artifacts.reading import as_float, failure, json_documents, rate_per_s, read_source
+from sim.artifacts.schema import ParsedArtifact, RunMetadata
 
 KIND = "vllm_nightly_aggregate"
 

@@ -1,7 +1,7 @@
 """Parsers of real vLLM and SGLang serving artifacts, each returning the normalised schema.
 
 :func:`parse_artifact` recognises a file by its content (or takes ``kind`` from :data:`KINDS`) and
-returns one :class:`~calibration.schema.ParsedArtifact`; :func:`parse_runs` returns every run of a
+returns one :class:`~sim.artifacts.schema.ParsedArtifact`; :func:`parse_runs` returns every run of a
 file that holds several (appended benchmark results, SGLang JSON Lines, a Prometheus file with
 several models). The individual parsers are exported too.
 """
@@ -11,26 +11,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from calibration.parsers.acceptance_traces import (
+from sim.artifacts.acceptance_traces import (
     emitted_tokens_per_step,
     mean_acceptance_length,
     parse_acceptance_traces,
 )
-from calibration.parsers.bench_console import parse_bench_console
-from calibration.parsers.bench_serving import parse_bench_serving_json
-from calibration.parsers.detect import detect_kind
-from calibration.parsers.nightly_benchmark import parse_nightly_results
-from calibration.parsers.per_request_spec_metrics import parse_per_request_spec_metrics
-from calibration.parsers.prometheus import parse_prometheus, parse_prometheus_scrapes
-from calibration.parsers.request_timings import parse_request_timings
-from calibration.parsers.sglang_bench_serving import (
+from sim.artifacts.bench_console import parse_bench_console
+from sim.artifacts.bench_serving import parse_bench_serving_json
+from sim.artifacts.detect import detect_kind
+from sim.artifacts.nightly_benchmark import parse_nightly_results
+from sim.artifacts.per_request_spec_metrics import parse_per_request_spec_metrics
+from sim.artifacts.physics import check_artifact
+from sim.artifacts.prometheus import parse_prometheus, parse_prometheus_scrapes
+from sim.artifacts.request_timings import parse_request_timings
+from sim.artifacts.schema import ParsedArtifact
+from sim.artifacts.sglang_bench_serving import (
     parse_sglang_bench_serving,
     parse_specforge_results,
 )
-from calibration.parsers.sglang_log import parse_sglang_log
-from calibration.parsers.vllm_log import parse_vllm_log, parse_vllm_log_sessions
-from calibration.physics import check_artifact
-from calibration.schema import ParsedArtifact
+from sim.artifacts.sglang_log import parse_sglang_log
+from sim.artifacts.vllm_log import parse_vllm_log, parse_vllm_log_sessions
 from sim.errors import CalibrationError
 
 __all__ = [
@@ -88,7 +88,7 @@ def parse_runs(path: Path, kind: str | None = None) -> tuple[ParsedArtifact, ...
         kind = detect_kind(path)
     elif kind not in _PARSERS:
         raise CalibrationError(f"{path}: unknown artifact kind {kind!r}; known: {', '.join(KINDS)}")
-    # Every run is checked for values no real run can produce (calibration/physics.py).
+    # Every run is checked for values no real run can produce (sim/artifacts/physics.py).
     runs = tuple(check_artifact(run) for run in _PARSERS[kind](path))
     if not runs:
         raise CalibrationError(f"{path}: expected at least one run of kind {kind}; found none")
@@ -105,6 +105,6 @@ def parse_artifact(path: Path, kind: str | None = None) -> ParsedArtifact:
     if len(runs) > 1:
         raise CalibrationError(
             f"{path}: expected one run, found {len(runs)} ({runs[0].kind}); "
-            "read them with calibration.parsers.parse_runs"
+            "read them with sim.artifacts.parse_runs"
         )
     return runs[0]

@@ -17,8 +17,8 @@ import typer
 from rich.console import Console
 
 from sim.catalogue import gpu_names
-from sim.cli_options import ForceOpt
 from sim.errors import CalibrationError
+from specsim.cli_options import ForceOpt
 
 
 def summary_lines(document: dict[str, Any], seconds: float) -> list[str]:
@@ -111,9 +111,9 @@ def command_line(
 
 def register(app: typer.Typer) -> None:
     """Add the ``calibrate`` command to ``app``."""
-    # Imported here: sim.cli registers this command while it is itself being imported.
-    from sim.cli import user_errors
+    # Imported here: specsim.cli registers this command while it is itself being imported.
     from sim.output import check_output_file
+    from specsim.cli import user_errors
 
     @app.command("calibrate")
     @user_errors
@@ -168,7 +168,7 @@ def register(app: typer.Typer) -> None:
             {"--gpu": gpu, "--model": model, "--tp": tp, "--fit": fit, "--check": check},
         )
         from reports.progress import interrupted_line, working
-        from sim.cli import err_console
+        from specsim.cli import err_console
 
         try:
             with working(f"calibrate: fitting {len(artifacts)} artifacts", err_console):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.parsers.reading import (
+from sim.artifacts.reading import (
     Source,
     as_count,
     as_float,
@@ -40,7 +40,7 @@ from calibration.parsers.reading import (
     same_lengths,
     string_list,
 )
-from calibration.schema import ParsedArtifact, RequestTable, RunMetadata, SpecDecodeSummary
+from sim.artifacts.schema import ParsedArtifact, RequestTable, RunMetadata, SpecDecodeSummary
 
 KIND = "vllm_bench_json"
 

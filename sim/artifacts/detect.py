@@ -51,7 +51,7 @@ _TEXT_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 
 def detect_kind(path: Path) -> str:
-    """Return the kind of the artifact at ``path`` (one of ``calibration.parsers.KINDS``).
+    """Return the kind of the artifact at ``path`` (one of ``sim.artifacts.KINDS``).
 
     Raise CalibrationError naming the file when it cannot be read or matches no known format.
     """

@@ -14,8 +14,8 @@ import json
 import re
 from pathlib import Path
 
-from calibration.parsers.reading import Source, as_count, failure, read_source
-from calibration.schema import ParsedArtifact, RunMetadata, SpecDecodeSummary
+from sim.artifacts.reading import Source, as_count, failure, read_source
+from sim.artifacts.schema import ParsedArtifact, RunMetadata, SpecDecodeSummary
 
 KIND = "vllm_per_request_spec_metrics"
 

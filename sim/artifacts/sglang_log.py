@@ -15,10 +15,10 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from calibration.parsers.reading import Source, failure, read_source
-from calibration.parsers.spec_decoding_metrics import number
-from calibration.parsers.tables import IntervalRow, interval_table, spec_summary_from_intervals
-from calibration.schema import ParsedArtifact, RunMetadata
+from sim.artifacts.reading import Source, failure, read_source
+from sim.artifacts.schema import ParsedArtifact, RunMetadata
+from sim.artifacts.spec_decoding_metrics import number
+from sim.artifacts.tables import IntervalRow, interval_table, spec_summary_from_intervals
 
 KIND = "sglang_log"
 

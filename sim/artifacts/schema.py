@@ -1,6 +1,6 @@
 """The normalised form of a parsed serving artifact, whatever engine or release wrote it.
 
-Every parser in :mod:`calibration.parsers` returns a :class:`ParsedArtifact`. Its parts mirror what
+Every parser in :mod:`sim.artifacts` returns a :class:`ParsedArtifact`. Its parts mirror what
 a real run can tell us: per-request timings (:class:`RequestTable`), per-interval engine counters
 (:class:`IntervalTable`, e.g. one row per vLLM ``Engine …`` / ``SpecDecoding metrics`` log record
 or per pair of Prometheus scrapes), per-step batch composition (:class:`StepTable`, only from vLLM's

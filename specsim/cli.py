@@ -1,4 +1,4 @@
-"""The ``specsim`` command line (also ``python -m sim``).
+"""The ``specsim`` command line (also ``python -m specsim``).
 
 Every command validates its input before doing any work; a user's mistake is reported as one
 message naming the key path or the file and line, with exit code 2 and no traceback.
@@ -18,9 +18,9 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from reports.bench_options import BenchOptions, with_bench_options
-from sim.cli_options import ForceOpt, OutOpt, ScenarioArg, SetOpt, YesOpt
 from sim.errors import SpecsimError
+from specsim.bench_options import BenchOptions, with_bench_options
+from specsim.cli_options import ForceOpt, OutOpt, ScenarioArg, SetOpt, YesOpt
 
 
 class ResultFormat(enum.StrEnum):
@@ -98,7 +98,8 @@ def progress_reporter(total: int, label: str) -> tuple[Callable[[int], None] | N
     return (lambda n: progress.advance(task, n)), progress
 
 
-#: Off a terminal, runs of this many requests or more print progress lines (sim/progress_lines.py).
+#: Off a terminal, runs of this many requests or more print progress lines
+#: (specsim/progress_lines.py).
 PROGRESS_LINES_FROM = 10_000
 
 
@@ -134,14 +135,14 @@ def run(
 ) -> None:
     """Run one scenario, print its summary and write its results (summary.json, requests.csv,
     steps.parquet, vllm_bench.json, scenario.resolved.yaml)."""
-    from reports.commands import load_document
     from sim.output import fresh_results_dir
-    from sim.report_text import summary_table
     from sim.results import check_run_output, save_result, scenario_inputs
     from sim.run import run_scenario
     from sim.scale import preflight
     from sim.scenario import validate_document
     from sim.vllm_bench import vllm_bench_result
+    from specsim.multirun_commands import load_document
+    from specsim.summary_table import summary_table
 
     document, base_dir, source = load_document(scenario, set_ or [], bench)
     loaded = validate_document(document, source)
@@ -151,7 +152,7 @@ def run(
     preflight(loaded, yes=yes, keep_steps=not no_steps, warn=err_console.print)
     reporter, bar = progress_reporter(loaded.workload.num_requests, "simulating")
     if reporter is None and loaded.workload.num_requests >= PROGRESS_LINES_FROM:
-        from sim.progress_lines import progress_lines
+        from specsim.progress_lines import progress_lines
 
         reporter = progress_lines(loaded.workload.num_requests, "simulating", _stderr_line)
     try:
@@ -326,11 +327,11 @@ def validate(
 
 def _register_commands() -> None:
     """Commands that live beside the simulator: calibration, and the multi-run reports."""
-    from calibration.commands import register as register_calibration
-    from reports.catalogue_command import register as register_catalogue
-    from reports.commands import register as register_reports
     from reports.fleet_plan import register as register_fleet_plan
-    from reports.report_commands import register as register_report_and_recommend
+    from specsim.calibrate_command import register as register_calibration
+    from specsim.catalogue_command import register as register_catalogue
+    from specsim.multirun_commands import register as register_reports
+    from specsim.report_recommend_commands import register as register_report_and_recommend
 
     register_calibration(app)
     register_catalogue(app)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from calibration.schema import IntervalTable, ParsedArtifact, RequestTable, SpecDecodeSummary
+from sim.artifacts.schema import IntervalTable, ParsedArtifact, RequestTable, SpecDecodeSummary
 from sim.errors import CalibrationError
 
 #: Slack for values computed from rounded figures (a τ printed to two decimals, a rate to three).

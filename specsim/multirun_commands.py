@@ -19,8 +19,8 @@ from rich.table import Table
 if TYPE_CHECKING:  # pandas is imported by the commands themselves: CLI start stays fast
     import pandas as pd
 
-from reports.bench_options import BenchOptions, apply_bench_options, with_bench_options
-from sim.cli_options import ForceOpt, ScenarioArg, SetOpt, YesOpt
+from specsim.bench_options import BenchOptions, apply_bench_options, with_bench_options
+from specsim.cli_options import ForceOpt, ScenarioArg, SetOpt, YesOpt
 
 
 def load_document(
@@ -52,9 +52,9 @@ def _preflight_sweep(
 
     Raise ScenarioError if that would not fit in memory and ``yes`` is false.
     """
-    from sim.cli import err_console
     from sim.scale import preflight
     from sim.scenario import validate_document
+    from specsim.cli import err_console
 
     scenarios = [validate_document(point.document, source) for point in points]
     largest = max(scenarios, key=lambda s: s.workload.num_requests)
@@ -214,7 +214,7 @@ def _num(value: float | None) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add ``compare``, ``sweep`` and ``plan`` to ``app``."""
-    from sim.cli import console, err_console, user_errors
+    from specsim.cli import console, err_console, user_errors
 
     @app.command()
     @user_errors

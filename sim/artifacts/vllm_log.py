@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.parsers import spec_decoding_metrics as spec_lines
-from calibration.parsers.log_sessions import split_sessions
-from calibration.parsers.reading import Source, failure, read_source
-from calibration.parsers.tables import IntervalRow, interval_table, spec_summary_from_intervals
-from calibration.schema import ParsedArtifact, RunMetadata, StepTable
+from sim.artifacts import spec_decoding_metrics as spec_lines
+from sim.artifacts.log_sessions import split_sessions
+from sim.artifacts.reading import Source, failure, read_source
+from sim.artifacts.schema import ParsedArtifact, RunMetadata, StepTable
+from sim.artifacts.tables import IntervalRow, interval_table, spec_summary_from_intervals
 
 KIND = "vllm_log"
 
@@ -304,7 +304,7 @@ def _step_table(steps: np.ndarray) -> StepTable:
 
 def parse_vllm_log_sessions(path: Path) -> tuple[ParsedArtifact, ...]:
     """Parse a vLLM log into one ParsedArtifact per server session (see
-    :mod:`calibration.parsers.log_sessions`), each carrying the version, model and k its start
+    :mod:`sim.artifacts.log_sessions`), each carrying the version, model and k its start
     lines state. Sessions without metric lines are left out.
 
     Raise CalibrationError if no session has a recognised line, a recognised line is malformed,

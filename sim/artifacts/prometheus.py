@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.parsers.reading import Source, failure, read_source
-from calibration.parsers.tables import IntervalRow, interval_table, spec_summary_from_intervals
-from calibration.schema import ParsedArtifact, RunMetadata
+from sim.artifacts.reading import Source, failure, read_source
+from sim.artifacts.schema import ParsedArtifact, RunMetadata
+from sim.artifacts.tables import IntervalRow, interval_table, spec_summary_from_intervals
 
 KIND = "prometheus"
 

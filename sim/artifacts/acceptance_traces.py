@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.parsers.reading import count_array, failure, json_objects, read_source
-from calibration.schema import AcceptanceTraces, ParsedArtifact, RunMetadata
+from sim.artifacts.reading import count_array, failure, json_objects, read_source
+from sim.artifacts.schema import AcceptanceTraces, ParsedArtifact, RunMetadata
 
 KIND = "acceptance_traces"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.parsers import detect_kind, parse_artifact
+from sim.artifacts import detect_kind, parse_artifact
 from sim.errors import CalibrationError
 
 _REPLAYABLE_KINDS = ("vllm_bench_json", "sglang_bench_jsonl", "vllm_request_timings")

@@ -16,8 +16,8 @@ import math
 import re
 from pathlib import Path
 
-from calibration.parsers.reading import Source, failure, read_source
-from calibration.schema import ParsedArtifact, RunMetadata, SpecDecodeSummary
+from sim.artifacts.reading import Source, failure, read_source
+from sim.artifacts.schema import ParsedArtifact, RunMetadata, SpecDecodeSummary
 
 KIND = "vllm_bench_stdout"
 

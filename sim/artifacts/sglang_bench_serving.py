@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from calibration.parsers.bench_serving import request_table_from_arrays
-from calibration.parsers.reading import (
+from sim.artifacts.bench_serving import request_table_from_arrays
+from sim.artifacts.reading import (
     Source,
     as_count,
     as_float,
@@ -27,7 +27,7 @@ from calibration.parsers.reading import (
     rate_per_s,
     read_source,
 )
-from calibration.schema import ParsedArtifact, RunMetadata, SettingValue, SpecDecodeSummary
+from sim.artifacts.schema import ParsedArtifact, RunMetadata, SettingValue, SpecDecodeSummary
 
 KIND = "sglang_bench_jsonl"
 SPECFORGE_KIND = "specforge_jsonl"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from calibration.schema import IntervalTable, SpecDecodeSummary, nan_column
+from sim.artifacts.schema import IntervalTable, SpecDecodeSummary, nan_column
 
 IntervalRow = dict[str, object]
 """One interval: scalar columns of :class:`IntervalTable` by name, plus optional ``rates``
