@@ -111,9 +111,8 @@ def command_line(
 
 def register(app: typer.Typer) -> None:
     """Add the ``calibrate`` command to ``app``."""
-    # Imported here: specsim.cli registers this command while it is itself being imported.
     from sim.output import check_output_file
-    from specsim.cli import user_errors
+    from specsim.console import user_errors
 
     @app.command("calibrate")
     @user_errors
@@ -168,7 +167,7 @@ def register(app: typer.Typer) -> None:
             {"--gpu": gpu, "--model": model, "--tp": tp, "--fit": fit, "--check": check},
         )
         from reports.progress import interrupted_line, working
-        from specsim.cli import err_console
+        from specsim.console import err_console
 
         try:
             with working(f"calibrate: fitting {len(artifacts)} artifacts", err_console):

@@ -123,7 +123,7 @@ def section_table(section: str, rows: list[dict[str, Any]]) -> Table:
 def register(app: typer.Typer) -> None:
     """Add ``catalogue`` to ``app``."""
     from sim.errors import ScenarioError
-    from specsim.cli import console, user_errors
+    from specsim.console import console, user_errors
 
     @app.command()
     @user_errors

@@ -11,16 +11,14 @@ import enum
 import json
 import sys
 from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
-from sim.errors import SpecsimError
 from specsim.bench_options import BenchOptions, with_bench_options
 from specsim.cli_options import ForceOpt, OutOpt, ScenarioArg, SetOpt, YesOpt
+from specsim.console import console, err_console, user_errors
 
 
 class ResultFormat(enum.StrEnum):
@@ -39,9 +37,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-console = Console()
-err_console = Console(stderr=True)
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _print_version(value: bool) -> None:
@@ -62,22 +57,6 @@ def _main_options(
     ] = False,
 ) -> None:
     """Simulate batched speculative-decoding LLM serving: throughput, latency, acceptance."""
-
-
-def user_errors(func: F) -> F:
-    """Turn specsim's own errors into a message on stderr and exit code 2."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except SpecsimError as exc:
-            err_console.print(
-                f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True
-            )
-            raise typer.Exit(code=2) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def progress_reporter(total: int, label: str) -> tuple[Callable[[int], None] | None, Any]:
@@ -326,10 +305,10 @@ def validate(
 
 
 def _register_commands() -> None:
-    """Commands that live beside the simulator: calibration, and the multi-run reports."""
-    from reports.fleet_plan import register as register_fleet_plan
+    """Commands defined in their own modules: calibrate, catalogue, the multi-run reports."""
     from specsim.calibrate_command import register as register_calibration
     from specsim.catalogue_command import register as register_catalogue
+    from specsim.fleet_plan_command import register as register_fleet_plan
     from specsim.multirun_commands import register as register_reports
     from specsim.report_recommend_commands import register as register_report_and_recommend
 

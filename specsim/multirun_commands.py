@@ -54,7 +54,7 @@ def _preflight_sweep(
     """
     from sim.scale import preflight
     from sim.scenario import validate_document
-    from specsim.cli import err_console
+    from specsim.console import err_console
 
     scenarios = [validate_document(point.document, source) for point in points]
     largest = max(scenarios, key=lambda s: s.workload.num_requests)
@@ -214,7 +214,7 @@ def _num(value: float | None) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add ``compare``, ``sweep`` and ``plan`` to ``app``."""
-    from specsim.cli import console, err_console, user_errors
+    from specsim.console import console, err_console, user_errors
 
     @app.command()
     @user_errors

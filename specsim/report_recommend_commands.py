@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def register(app: typer.Typer) -> None:
     """Add ``report`` and ``recommend`` to ``app``."""
-    from specsim.cli import err_console, user_errors
+    from specsim.console import err_console, user_errors
 
     @app.command()
     @user_errors
