@@ -40,7 +40,7 @@ from calibration.fit_replay import ReplayFit, fit_overheads, read_measured_run, 
 from calibration.fit_simulation import Experiment, fit_by_simulation
 from calibration.fit_step_cost import fit_steps
 from calibration.parameters import available_parameters
-from calibration.profile import (
+from calibration.profile_document import (
     InputRecord,
     engine_section,
     input_record,

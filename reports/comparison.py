@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 
 from reports.progress import ItemProgress
 from sim.acceptance.config import TRACE_METHODS
-from sim.acceptance.profiles import PROFILE_METHOD
+from sim.acceptance.shipped_data import PROFILE_METHOD
 from sim.errors import InvariantError, ScenarioError, SpecsimError
 from sim.output import atomic_write, write_table
 from sim.results import save_result

@@ -180,7 +180,7 @@ def base_document(request: Request) -> dict[str, Any]:
 
 
 def _measured_temperatures(key: str) -> list[float]:
-    from sim.acceptance.profiles import load_profile_document
+    from sim.acceptance.shipped_data import load_profile_document
 
     entries = load_profile_document()["profiles"].get(key, [])
     return sorted(float(entry["temperature"]) for entry in entries)
@@ -197,7 +197,7 @@ def find_acceptance(
     nearest measured one above it.
     """
     from sim.acceptance.config import TRACE_METHODS
-    from sim.acceptance.profiles import SHIPPED_TRACES, profile_key
+    from sim.acceptance.shipped_data import SHIPPED_TRACES, profile_key
     from sim.catalogue import get_model
 
     owners = [model]

@@ -26,6 +26,7 @@ from sim.acceptance.policy import (
     check_policy_support,
     cost_model_step_time,
 )
+from sim.calibrated_profiles import EngineProfile, load_engine_profile
 from sim.catalogue import Model, get_gpu, get_model
 from sim.cost_model import StepCostModel
 from sim.drafting import Strategy, build_strategy
@@ -47,7 +48,6 @@ from sim.host_costs import HostProfile, load_host_profile
 from sim.metrics import summarize
 from sim.parallel import Layout, window_kv_reserve_bytes
 from sim.precision import compute_dtype
-from sim.profiles import EngineProfile, load_engine_profile
 from sim.random_streams import RandomStreams
 from sim.scenario import Scenario
 from sim.workload import Workload, build_workload

@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
         check_output_file(out, force=force, inputs=tuple(artifacts))
         # Imported here: fitting pulls in scipy and the parsers, which every CLI start would pay.
         from calibration.calibrate import calibrate
-        from calibration.profile import write_profile
+        from calibration.profile_document import write_profile
 
         command = command_line(
             artifacts,

@@ -20,7 +20,7 @@ SECTIONS = ("models", "gpus", "presets", "methods")
 
 def catalogue_rows() -> dict[str, list[dict[str, Any]]]:
     """Every section as a list of flat rows (name, facts, source)."""
-    from sim.acceptance.profiles import load_profile_document
+    from sim.acceptance.shipped_data import load_profile_document
     from sim.catalogue import _load_yaml, get_gpu, get_model, gpu_names, model_names
     from sim.drafting import SUPPORT
     from sim.engine.presets import aliases, get_preset, preset_names

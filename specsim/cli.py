@@ -198,7 +198,7 @@ def lossless_check(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Chi-square proof that speculative sampling reproduces the target distribution."""
-    from sim.lossless import run_lossless_check
+    from sim.theory.lossless_check import run_lossless_check
 
     report = run_lossless_check(samples=samples, seed=seed)
     if as_json:
@@ -232,7 +232,7 @@ def analyze(
     analysis_files = ("tokens_per_step.png", "tokens_per_step.csv")
     if out is not None:
         check_output_folder(out, force=force, writes=analysis_files)
-    from sim.analysis import (
+    from sim.theory.chain_acceptance import (
         expected_tokens_per_step,
         lesson_comparison,
         optimal_k,

@@ -221,7 +221,7 @@ def test_simulated_times_that_would_lose_precision_are_refused(tmp_path: Path) -
 
 
 def test_an_engine_profile_is_held_to_the_schema_bounds(tmp_path: Path) -> None:
-    from sim.profiles import load_engine_profile
+    from sim.calibrated_profiles import load_engine_profile
 
     path = tmp_path / "p.yaml"
     path.write_text(

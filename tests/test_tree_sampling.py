@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from sim.errors import ScenarioError
-from sim.tree_sampling import StaticTree, draft_tree_tokens, speculative_tree_step
+from sim.theory.tree_sampling import StaticTree, draft_tree_tokens, speculative_tree_step
 
 TARGET = np.array([0.1, 0.2, 0.3, 0.4])
 DRAFT = np.array([0.5, 0.3, 0.2, 0.0])

@@ -12,7 +12,6 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from calibration.build_profiles import PROFILE_DIR, build_all
 from calibration.calibrate import calibrate
 from calibration.fit_acceptance import fit_traces
 from sim.acceptance.models import PositionalAcceptanceModel
@@ -20,6 +19,7 @@ from sim.acceptance.plan import Proposal
 from sim.artifacts import mean_acceptance_length, parse_artifact
 from sim.errors import CalibrationError
 from specsim.calibrate_command import register
+from tools.build_profiles import PROFILE_DIR, build_all
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 DATA = SHARED / "data"

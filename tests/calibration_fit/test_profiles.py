@@ -20,8 +20,12 @@ from sim.acceptance.config import AcceptanceConfig, build_acceptance_model
 from sim.acceptance.models import PositionalAcceptanceModel
 from sim.acceptance.plan import Proposal
 from sim.artifacts.schema import StepTable
+from sim.calibrated_profiles import (
+    load_acceptance_profile,
+    load_engine_profile,
+    shipped_profile_names,
+)
 from sim.errors import ScenarioError
-from sim.profiles import load_acceptance_profile, load_engine_profile, shipped_profile_names
 
 ENGINE = "vllm-0.19-llama-3.1-8b-rtx-pro-6000"
 TRACES = "llama-3.1-8b-gsm8k-h100-traces"

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.errors import ScenarioError
-from sim.sampling import residual_distribution, sample_categorical
+from sim.theory.chain_sampling import residual_distribution, sample_categorical
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ Reads the SpecDecode-Bench per-request traces and the published-measurements tab
 ``sim/data/acceptance_profiles.yaml`` (profiles with citations and the CSV lines they came from, the
 fitted tree rule with its error, and per-dataset trace summaries).
 
-Usage: ``python -m calibration.build_acceptance_data [--shared ../shared/data] [--out sim/data]``.
+Usage: ``python -m tools.build_acceptance_data [--shared ../shared/data] [--out sim/data]``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
   SpecDecode-Bench/simulator 59fc3d7) for ShareGPT, CNN/DailyMail, GSM8K and InstructCoder.
 
 Inputs are recorded relative to the shared data folder and the date is fixed, so a rebuild on the
-same data writes the same bytes. Run ``python -m calibration.build_profiles [--shared PATH]
+same data writes the same bytes. Run ``python -m tools.build_profiles [--shared PATH]
 [--check]``; ``--check`` compares instead of writing and fails on a difference.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from calibration.calibrate import calibrate
 from calibration.hardware_efficiency import default_shared
-from calibration.profile import profile_yaml
-from sim.profiles import PROFILE_DIR
+from calibration.profile_document import profile_yaml
+from sim.calibrated_profiles import PROFILE_DIR
 
 BUILD_DATE = dt.date(2026, 4, 26)
 TIMINGS = "data/vllm-artifacts/vllm_request_timings/requests.jsonl"

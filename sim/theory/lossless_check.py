@@ -22,8 +22,8 @@ import numpy as np
 from scipy.stats import chi2_contingency
 
 from sim.errors import ScenarioError
-from sim.sampling import sample_categorical, speculative_chain_step
-from sim.tree_sampling import StaticTree, draft_tree_tokens, speculative_tree_step
+from sim.theory.chain_sampling import sample_categorical, speculative_chain_step
+from sim.theory.tree_sampling import StaticTree, draft_tree_tokens, speculative_tree_step
 
 SEQUENCE_TOKENS = 3
 MIN_EXPECTED_COUNT = 5.0

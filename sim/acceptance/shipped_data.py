@@ -4,7 +4,7 @@
 temperature, each with per-position conditional rates, how they were fitted, the citation and the
 lines of the published-measurements table they came from. ``acceptance_traces_llama31_8b.npz`` holds
 the per-request traces replayed by ``trace: llama-3.1-8b/<dataset>``. Both are written by
-``calibration/build_acceptance_data.py``; nothing here reads outside the package.
+``tools/build_acceptance_data.py``; nothing here reads outside the package.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ included, is ``E = 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha)``
 Kalman, Matias, ICML 2023, arXiv:2211.17192, Section 3). If one draft forward costs ``c`` target
 forwards, a step costs ``k c + 1`` target forwards, so the time per token is ``(k c + 1) / E`` and
 the speedup over plain decoding is ``E / (k c + 1)`` (same section, walltime improvement). The
-Monte-Carlo estimates run the exact chain sampler of :mod:`sim.sampling` on a draft/target pair
-built to have exactly that ``alpha``.
+Monte-Carlo estimates run the exact chain sampler of :mod:`sim.theory.chain_sampling` on a
+draft/target pair built to have exactly that ``alpha``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from sim.errors import ScenarioError
-from sim.sampling import draft_chain_tokens, speculative_chain_step
+from sim.theory.chain_sampling import draft_chain_tokens, speculative_chain_step
 
 MONTE_CARLO_CHUNK_STEPS = 4096
 
@@ -144,8 +144,8 @@ def monte_carlo_accepted_counts(
 ) -> np.ndarray:
     """Accepted draft tokens (bonus excluded) in ``num_steps`` chain steps at constant ``alpha``.
 
-    Runs :func:`sim.sampling.speculative_chain_step` in chunks to bound memory. Raise ScenarioError
-    if ``num_steps < 1``, ``k < 1`` or ``alpha`` is outside [0, 1].
+    Runs :func:`sim.theory.chain_sampling.speculative_chain_step` in chunks to bound memory.
+    Raise ScenarioError if ``num_steps < 1``, ``k < 1`` or ``alpha`` is outside [0, 1].
     """
     _check_alpha_k(alpha, k)
     if k < 1 or num_steps < 1:

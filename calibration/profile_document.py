@@ -1,9 +1,9 @@
 """The calibrated profile document: provenance, fitted values, intervals and residuals.
 
 :func:`profile_document` assembles what :mod:`calibration.calibrate` fitted into the layout
-:mod:`sim.profiles` reads back; :func:`write_profile` writes it as YAML. Inputs are recorded as the
-caller names them (never resolved to absolute paths) with their SHA-256, so a profile can be traced
-to the exact files without exposing the machine it was made on.
+:mod:`sim.calibrated_profiles` reads back; :func:`write_profile` writes it as YAML. Inputs are
+recorded as the caller names them (never resolved to absolute paths) with their SHA-256, so a
+profile can be traced to the exact files without exposing the machine it was made on.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from calibration.fit_step_cost import StepFit
 from calibration.parameters import PARAMETERS, efficiency_override
 from sim import __version__
 from sim.artifacts.schema import ParsedArtifact
+from sim.calibrated_profiles import FORMAT_VERSION
 from sim.errors import CalibrationError
 from sim.output import atomic_write
-from sim.profiles import FORMAT_VERSION
 
 
 @dataclass(frozen=True)
