@@ -146,7 +146,7 @@ def test_overrides_are_strict(override: str, match: str) -> None:
         ),
         ("workload.prompt_tokens={distribution: fixed, value: 0}", r"value: must be >= 1 tokens"),
         ("workload.temperature=50", r"temperature: must be <= 2"),
-        ("speculation.tree.shape=[64, 64, 64]", "1024 nodes"),
+        ("speculation={method: eagle3, tree: {shape: [64, 64, 64]}}", "1024 nodes"),
         ("slo.ttft_p99_ms=1e300", r"<= 8\.64e\+07 ms"),
         ("speculation.acceptance.mean_acceptance_length=1e9", r"must be <= 33"),
     ],
