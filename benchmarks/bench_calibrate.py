@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from calibration.calibrate import calibrate
-from calibration.commands import summary_lines
 from calibration.hardware_efficiency import default_shared
+from specsim.calibrate_command import summary_lines
 
 TIMINGS = Path("data/vllm-artifacts/vllm_request_timings")
 TRACES = Path("data/acceptance-traces/llama-3.1-8b-h100-vllm")

@@ -26,8 +26,8 @@ from pathlib import Path
 from calibration.aggregate import aggregate_experiment
 from calibration.calibrate import calibrate
 from calibration.hardware_efficiency import default_shared
-from calibration.parsers import parse_runs
-from calibration.profile import write_profile
+from calibration.profile_document import write_profile
+from sim.artifacts import parse_runs
 from sim.run import run_scenario
 from sim.scenario import validate_document
 

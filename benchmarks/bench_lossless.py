@@ -1,8 +1,9 @@
 """Time the lossless check at its full size and print its figures.
 
-Runs :func:`sim.lossless.run_lossless_check` with 50,000 speculative and 50,000 direct sequences,
-once with the exact residual and once with the deliberately broken one, and prints both reports
-with their wall times. The budget is five seconds per check on two cores. Usage::
+Runs :func:`sim.theory.lossless_check.run_lossless_check` with 50,000 speculative and 50,000
+direct sequences, once with the exact residual and once with the deliberately broken one, and
+prints both reports with their wall times. The budget is five seconds per check on two cores.
+Usage::
 
     python -m benchmarks.bench_lossless [--samples N] [--seed S]    (from the repository root)
 
@@ -15,7 +16,7 @@ import argparse
 import sys
 import time
 
-from sim.lossless import run_lossless_check
+from sim.theory.lossless_check import run_lossless_check
 
 BUDGET_S = 5.0
 

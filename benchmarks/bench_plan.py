@@ -1,6 +1,6 @@
 """Time ``specsim plan`` for three methods on the default scenario and print its answer.
 
-Runs ``python -m sim plan --methods none,eagle3,ngram --target-qps 100`` on the embedded default
+Runs ``python -m specsim plan --methods none,eagle3,ngram --target-qps 100`` on the embedded default
 scenario under its own SLO (the README's: TTFT p99 <= 2000 ms, TPOT p50 <= 50 ms) with the
 command's defaults: three seeds per probed rate that must all hold, probes of 2,000 requests
 lengthened four-fold up to 20,000 while undecided, a 5% bracket, one local process per core,
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     out_dir = args.out or Path(tempfile.mkdtemp(prefix="bench-plan-"))
-    command = [sys.executable, "-m", "sim", "plan", "--methods", args.methods,
+    command = [sys.executable, "-m", "specsim", "plan", "--methods", args.methods,
                "--seeds", str(args.seeds), "--workers", str(args.workers),
                "--target-qps", f"{args.target_qps:g}", "--out", str(out_dir)]  # fmt: skip
     load_before = os.getloadavg()[0]

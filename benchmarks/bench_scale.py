@@ -1,7 +1,8 @@
 """Peak memory, wall time and output size of ``specsim run`` at growing request counts.
 
-Each size runs as its own ``python -m sim run`` process (default scenario, default outputs, stderr
-to a file so progress comes as lines), and ``os.wait4`` gives that process's own peak resident set.
+Each size runs as its own ``python -m specsim run`` process (default scenario, default outputs,
+stderr to a file so progress comes as lines), and ``os.wait4`` gives that process's own peak
+resident set.
 Printed per size: the pre-run estimate (steps, GB, time), the steps the run took, wall time, peak
 RSS, and the bytes of each file written.
 
@@ -35,7 +36,7 @@ def measure(num_requests: int, folder: Path) -> dict[str, object]:
     out = folder / f"run-{num_requests}"
     log = folder / f"stderr-{num_requests}.txt"
     command = [
-        sys.executable, "-m", "sim", "run", "--yes", "--out", str(out),
+        sys.executable, "-m", "specsim", "run", "--yes", "--out", str(out),
         "--set", f"workload.num_requests={num_requests}",
     ]  # fmt: skip
     started = time.perf_counter()

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from calibration.fit_simulation import Experiment
-from calibration.schema import ParsedArtifact
+from sim.artifacts.schema import ParsedArtifact
 from sim.errors import CalibrationError
 
 #: Cap on requests simulated per rebuilt run (each evaluation reruns every run of the fit). An

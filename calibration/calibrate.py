@@ -40,8 +40,7 @@ from calibration.fit_replay import ReplayFit, fit_overheads, read_measured_run, 
 from calibration.fit_simulation import Experiment, fit_by_simulation
 from calibration.fit_step_cost import fit_steps
 from calibration.parameters import available_parameters
-from calibration.parsers import detect_kind, parse_prometheus_scrapes, parse_runs
-from calibration.profile import (
+from calibration.profile_document import (
     InputRecord,
     engine_section,
     input_record,
@@ -49,7 +48,8 @@ from calibration.profile import (
     simulation_engine_section,
     step_engine_section,
 )
-from calibration.schema import ParsedArtifact
+from sim.artifacts import detect_kind, parse_prometheus_scrapes, parse_runs
+from sim.artifacts.schema import ParsedArtifact
 from sim.catalogue import gpu_names, model_names
 from sim.errors import CalibrationError
 

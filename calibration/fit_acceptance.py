@@ -2,7 +2,7 @@
 
 From **traces** (a long proposal's ``acc_len`` per output position) each chain length k = 1..K is
 replayed exactly as the dataset statistic defines it (a step at ``pos`` emits
-``min(acc_len[pos], k + 1)``; :func:`calibration.parsers.emitted_tokens_per_step`), giving the
+``min(acc_len[pos], k + 1)``; :func:`sim.artifacts.emitted_tokens_per_step`), giving the
 token-weighted mean acceptance length ``τ_k`` (tokens over steps, pooled over requests). An
 independent-step model with cumulative rates ``c_j = P(at least j drafts accepted)`` has
 ``τ_k = 1 + Σ_{j≤k} c_j``, so ``c_k = τ_k − τ_{k−1}`` (``sim.acceptance.conversions``); the
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from calibration.parsers import emitted_tokens_per_step
-from calibration.schema import AcceptanceTraces, ParsedArtifact
 from sim.acceptance.conversions import cumulative_to_conditional
+from sim.artifacts import emitted_tokens_per_step
+from sim.artifacts.schema import AcceptanceTraces, ParsedArtifact
 from sim.errors import CalibrationError
 
 MAX_K = 7

@@ -25,13 +25,14 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from calibration.fit_simulation import Experiment, as_flags
-from calibration.parsers import detect_kind, parse_artifact
-from calibration.parsers.request_timings import resolve_requests_file
-from calibration.replay import read_replay_requests
-from calibration.schema import ParsedArtifact
+from sim.artifacts import detect_kind, parse_artifact
+from sim.artifacts.replay import read_replay_requests
+from sim.artifacts.request_timings import resolve_requests_file
+from sim.artifacts.schema import ParsedArtifact
 from sim.errors import CalibrationError, SpecsimError
 from sim.run import run_scenario
 from sim.scenario import validate_document
+from sim.workload.trace import TraceRequests, trace_of_replay
 
 #: Upper bound on simulations per fit (the issue's budget: a few dozen, seconds in all).
 MAX_SIMULATIONS = 30
@@ -46,13 +47,15 @@ NUM_BOOTSTRAP, BOOTSTRAP_SEED = 400, 20261
 @dataclass(frozen=True, eq=False)
 class MeasuredRun:
     """A run's requests in replay order with their measured TTFT and TPOT (seconds; TPOT NaN for
-    one-token outputs), and the engine settings the artifact states."""
+    one-token outputs), the engine settings the artifact states, and the requests to replay,
+    read once and handed to every simulation of the fit."""
 
     path: Path
     artifact: ParsedArtifact
     ttft_s: np.ndarray
     tpot_s: np.ndarray
     engine: dict[str, Any]
+    trace: TraceRequests
 
     @property
     def num_requests(self) -> int:
@@ -76,7 +79,7 @@ def read_measured_run(path: Path) -> MeasuredRun:
     """Read a request-timing artifact in the order the workload replays it.
 
     The replay keeps successful requests with at least one output token and sorts them by arrival
-    (:func:`calibration.replay.read_replay_requests`); the same selection is applied here so that
+    (:func:`sim.artifacts.replay.read_replay_requests`); the same selection is applied here so that
     simulated request i is measured request i.
     Raise CalibrationError naming the file if it has no per-request TTFT and end-to-end latency.
     """
@@ -106,7 +109,7 @@ def read_measured_run(path: Path) -> MeasuredRun:
         for key in ("max_num_seqs", "max_num_batched_tokens")
         if isinstance(settings.get(f"engine.{key}"), int)
     }
-    return MeasuredRun(path, artifact, ttft, tpot, engine)
+    return MeasuredRun(path, artifact, ttft, tpot, engine, trace_of_replay(replay))
 
 
 def replay_document(
@@ -142,7 +145,8 @@ def simulate(
     """
     document = replay_document(run, gpu, model, tp, overheads_s)
     try:
-        result = run_scenario(validate_document(document, f"replay of {run.path}"), Path.cwd())
+        scenario = validate_document(document, f"replay of {run.path}")
+        result = run_scenario(scenario, Path.cwd(), trace=run.trace)
     except SpecsimError as exc:
         raise CalibrationError(f"{run.path}: cannot replay the run: {as_flags(str(exc))}") from None
     r = result.requests
@@ -264,4 +268,4 @@ def replay_experiment(run: MeasuredRun, gpu: str, model: str, tp: int, label: st
     if not measured:
         raise CalibrationError(f"{run.path}: expected a finite TTFT for some request; none")
     notes = (f"replayed with its own arrivals and lengths ({run.num_requests} requests)",)
-    return Experiment(label, document, measured, notes)
+    return Experiment(label, document, measured, notes, trace=run.trace)

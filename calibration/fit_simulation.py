@@ -51,6 +51,7 @@ from calibration.parameters import (
 from sim.errors import CalibrationError, SpecsimError
 from sim.run import ScenarioResult, run_scenario
 from sim.scenario import validate_document
+from sim.workload.trace import TraceRequests
 
 MAX_ITERATIONS = 8
 DIFF_STEP = 0.05
@@ -73,6 +74,8 @@ class Experiment:
     ``output_throughput`` in tok/s, ``request_throughput`` in req/s) to positive values.
     ``reported`` holds statistics only compared after the fit, not fitted against (e.g. the
     throughput of an open-loop run, set by its arrivals and its longest requests).
+    ``trace``: the requests a replayed run's ``workload.arrival.path`` holds, read once for
+    every simulation of the fit.
     """
 
     label: str
@@ -80,6 +83,7 @@ class Experiment:
     measured: dict[str, float]
     notes: tuple[str, ...] = ()
     reported: dict[str, float] = field(default_factory=dict)
+    trace: TraceRequests | None = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,7 @@ class _Evaluator:
             engine["profile"] = str(self._profile(engine, efficiency))
         try:
             scenario = validate_document(document, f"rebuilt run of {experiment.label}")
-            return run_scenario(scenario, Path.cwd())
+            return run_scenario(scenario, Path.cwd(), trace=experiment.trace)
         except SpecsimError as exc:
             raise CalibrationError(
                 f"{experiment.label}: cannot simulate the run: {as_flags(str(exc))}"

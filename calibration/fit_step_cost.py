@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from calibration.schema import StepTable
+from sim.artifacts.schema import StepTable
 from sim.catalogue import get_gpu, get_model
 from sim.cost_model import StepCostModel
 from sim.efficiency import load_efficiency

@@ -27,12 +27,13 @@ from matplotlib.figure import Figure
 
 from reports.progress import ItemProgress
 from sim.acceptance.config import TRACE_METHODS
-from sim.acceptance.profiles import PROFILE_METHOD
+from sim.acceptance.shipped_data import PROFILE_METHOD
 from sim.errors import InvariantError, ScenarioError, SpecsimError
 from sim.output import atomic_write, write_table
 from sim.results import save_result
 from sim.run import ScenarioResult, run_scenario
 from sim.scenario import METHODS, validate_document
+from sim.summary import Summary
 
 BASELINE = "none"
 COMPARISON_FILE = "comparison.csv"
@@ -339,9 +340,9 @@ def comparison_frame(runs: list[MethodRun]) -> pd.DataFrame:
             "reason": run.reason,
             "adjustments": "; ".join(run.adjustments) or None,
         }
-        summary = run.result.summary if run.result is not None else {}
+        flat = Summary.from_dict(run.result.summary).flat() if run.result is not None else {}
         for column in METRIC_COLUMNS:
-            row[column] = _metric(summary, column)
+            row[column] = _metric(flat, column)
         rows.append(row)
     frame = pd.DataFrame(rows)
     base = frame[frame["method"] == BASELINE]
@@ -352,15 +353,12 @@ def comparison_frame(runs: list[MethodRun]) -> pd.DataFrame:
     return frame
 
 
-def _metric(summary: dict[str, Any], column: str) -> float:
-    """A summary figure by table column name (``ttft_p99_ms`` reads ``ttft_ms.p99``)."""
-    if not summary:
+def _metric(flat: dict[str, Any], column: str) -> float:
+    """A figure of a summary's flat row (:meth:`sim.summary.Summary.flat`); NaN for a run that
+    did not run or a statistic without samples."""
+    if not flat:
         return float("nan")
-    if column in summary:
-        value = summary[column]
-    else:
-        name, stat, _ = column.rsplit("_", 2)
-        value = summary[f"{name}_ms"][stat]
+    value = flat[column]
     return float("nan") if value is None else float(value)
 
 

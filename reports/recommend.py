@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ScenarioError, SpecsimError
+from sim.summary import Summary
 
 #: Fraction by which a drafting method must cut mean latency below ``none`` to be recommended.
 MIN_GAIN = 0.03
@@ -180,7 +181,7 @@ def base_document(request: Request) -> dict[str, Any]:
 
 
 def _measured_temperatures(key: str) -> list[float]:
-    from sim.acceptance.profiles import load_profile_document
+    from sim.acceptance.shipped_data import load_profile_document
 
     entries = load_profile_document()["profiles"].get(key, [])
     return sorted(float(entry["temperature"]) for entry in entries)
@@ -197,7 +198,7 @@ def find_acceptance(
     nearest measured one above it.
     """
     from sim.acceptance.config import TRACE_METHODS
-    from sim.acceptance.profiles import SHIPPED_TRACES, profile_key
+    from sim.acceptance.shipped_data import SHIPPED_TRACES, profile_key
     from sim.catalogue import get_model
 
     owners = [model]
@@ -335,20 +336,20 @@ def simulate(
         variant["workload"] = {**document["workload"], "temperature": temperature}
     scenario = validate_document(variant, f"candidate {candidate.label}")
     result = run_scenario(scenario, Path.cwd())
-    summary = result.summary
+    summary = Summary.from_dict(result.summary)
     support = str(
         result.resolved_scenario["derived"]["strategy"].get("engine_support", "supported")
     )
-    ttft = summary["ttft_ms"]["p99"]
-    tpot = summary["tpot_ms"]["p50"]
+    ttft, tpot = summary.ttft_ms.p99, summary.tpot_ms.p50
+    e2e_mean_ms = summary.e2e_latency_ms.mean
+    e2e_mean_ms = float("nan") if e2e_mean_ms is None else e2e_mean_ms
     meets = (
         request.ttft_p99_ms is None or (ttft is not None and ttft <= request.ttft_p99_ms)
     ) and (request.tpot_p50_ms is None or (tpot is not None and tpot <= request.tpot_p50_ms))
     return Outcome(
-        candidate.label, str(summary["method"]), float(summary["e2e_latency_ms"]["mean"]),
-        ttft, tpot, summary["itl_ms"]["p50"], float(summary["output_throughput_tok_s"]),
-        float(summary["mean_acceptance_length"]), float(summary["mean_batch_size"]), meets, source,
-        support,
+        candidate.label, summary.method, e2e_mean_ms,
+        ttft, tpot, summary.itl_ms.p50, summary.output_throughput_tok_s,
+        summary.mean_acceptance_length, summary.mean_batch_size, meets, source, support,
     )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from sim.errors import ScenarioError
 from sim.scenario import SLO_METRICS, SLO_STATS
+from sim.summary import Summary
 
 _TERM = re.compile(r"^(?P<key>[a-z0-9_]+)\s*(?P<op><=|<)\s*(?P<bound>[-+0-9.eE]+)$")
 
@@ -85,5 +86,5 @@ def slo_from_mapping(mapping: dict[str, float]) -> list[SloTerm]:
 
 def slo_value(summary: dict[str, Any], term: SloTerm) -> float | None:
     """The figure ``term`` bounds, read from a run's summary (None when it had no samples)."""
-    value = summary[f"{term.metric}_ms"][term.stat]
+    value = Summary.from_dict(summary).latency_ms(term.metric).stat(term.stat)
     return None if value is None else float(value)

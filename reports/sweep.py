@@ -29,6 +29,7 @@ from sim.pool import pool_worker_init
 from sim.results import SCENARIO_FILE, SUMMARY_FILE, load_summary, save_result
 from sim.run import ScenarioResult, resolve_engine, resolved_document, run_scenario
 from sim.scenario import Scenario, apply_override, validate_document
+from sim.summary import Summary
 from sim.vllm_bench import vllm_bench_result
 
 POINTS_DIR = "points"
@@ -259,20 +260,9 @@ def write_manifest(
 
 
 def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """A summary as one flat row: ``ttft_ms.p99`` becomes ``ttft_p99_ms``; lists become columns."""
-    row: dict[str, Any] = {}
-    for key, value in summary.items():
-        if isinstance(value, dict) and key.endswith("_ms"):
-            base = key.removesuffix("_ms")
-            for stat, figure in value.items():
-                row[f"{base}_{stat}_ms"] = figure
-        elif key == "measurement_window_s" and isinstance(value, list) and len(value) == 2:
-            row["measurement_start_s"], row["measurement_end_s"] = value
-        elif isinstance(value, dict | list):
-            row[key] = json.dumps(value)
-        else:
-            row[key] = value
-    return row
+    """A summary as one flat row (:meth:`sim.summary.Summary.flat`): ``ttft_ms.p99`` becomes
+    ``ttft_p99_ms``; the window becomes two columns; the fleet section one JSON cell."""
+    return Summary.from_dict(summary).flat()
 
 
 def table_row(

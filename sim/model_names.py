@@ -13,7 +13,7 @@ which config.json its shapes were read from.
 
 from __future__ import annotations
 
-from sim.catalogue import get_model, model_names
+from sim.catalogue import ModelSpec, get_model, model_names
 
 #: Hugging Face ids per catalogue model; the first is the one written into result files.
 HF_MODEL_IDS: dict[str, tuple[str, ...]] = {
@@ -92,3 +92,19 @@ def unknown_model_message(name: str) -> str:
         f"unknown model {name!r}; known: {', '.join(model_names())} "
         "(or their Hugging Face ids: see `specsim catalogue`)"
     )
+
+
+def catalogue_model(value: str | ModelSpec | None) -> str | ModelSpec | None:
+    """A model name resolved to its catalogue entry (Hugging Face ids accepted).
+
+    Raise ValueError naming the known models if a name resolves to nothing.
+    """
+    if not isinstance(value, str):
+        return value
+    resolved = resolve_model_name(value)
+    if resolved is None:
+        raise ValueError(
+            f"unknown model; known: {', '.join(model_names())} (or their Hugging Face ids, "
+            "e.g. meta-llama/Llama-3.1-8B-Instruct, or the path of a Hugging Face config.json)"
+        )
+    return resolved

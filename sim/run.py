@@ -26,6 +26,7 @@ from sim.acceptance.policy import (
     check_policy_support,
     cost_model_step_time,
 )
+from sim.calibrated_profiles import EngineProfile, load_engine_profile
 from sim.catalogue import Model, get_gpu, get_model
 from sim.cost_model import StepCostModel
 from sim.drafting import Strategy, build_strategy
@@ -54,10 +55,10 @@ from sim.pipeline import (
     stage_weight_bytes_per_gpu,
 )
 from sim.precision import compute_dtype
-from sim.profiles import EngineProfile, load_engine_profile
 from sim.random_streams import RandomStreams
 from sim.scenario import Scenario
 from sim.workload import Workload, build_workload
+from sim.workload.trace import TraceRequests
 
 REQUEST_COLUMNS = (
     "prompt_tokens",
@@ -206,6 +207,7 @@ def build_simulation(
     check_invariants: bool = False,
     enforce_support: bool | None = None,
     step_records: str = "all",
+    trace: TraceRequests | None = None,
 ) -> Simulation:
     """Build the node for ``scenario``; relative paths resolve against ``base_dir``.
 
@@ -213,7 +215,8 @@ def build_simulation(
     (default: refuse unless ``speculation.allow_unsupported`` is set). ``step_records``: keep
     every step column (``"all"``) or only those the summary reads (``"summary"``: for runs
     whose step records are not written, such as a sweep's points or a plan's probes; the
-    summary is the same).
+    summary is the same). ``trace``: the file of ``workload.arrival.path`` already read, for a
+    caller that replays one trace many times (:func:`sim.workload.build_workload`).
     Raise SpecsimError (ScenarioError, CatalogueError) if the scenario cannot run, and
     ValueError if ``step_records`` is not one of :data:`~sim.engine.recorder.STEP_RECORDS`.
     """
@@ -243,7 +246,7 @@ def build_simulation(
     layout.check(model)
     tp = layout.attention_tp
     streams = RandomStreams(scenario.seed)
-    workload = build_workload(scenario.workload, streams, base_dir)
+    workload = build_workload(scenario.workload, streams, base_dir, trace)
     efficiency = load_efficiency(gpu.name)
     fitted = None
     if scenario.engine.profile is not None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import math
 import types
 import typing
 from importlib import resources
@@ -18,33 +17,25 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from sim.acceptance.config import AcceptanceConfig
-from sim.catalogue import ModelSpec, gpu_names, model_names
+from sim.catalogue import ModelSpec, gpu_names
 from sim.engine.presets import aliases, known_names, preset_names
 from sim.errors import ScenarioError
 from sim.fleet.config import FleetConfig
 from sim.inputs import SCHEMA_CONFIG, InputError, load_yaml, read_text
-from sim.model_names import resolve_model_name
+from sim.model_names import catalogue_model
+from sim.speculation import (
+    CHAIN_TAG,
+    METHODS,
+    TREE_TAG,
+    UNKNOWN_METHOD,
+    SpeculationConfig,
+    no_speculation,
+)
 from sim.workload import WorkloadConfig
 from sim.workload.config import MAX_REQUESTS, MAX_TOKENS
 
 _STRICT = SCHEMA_CONFIG
 
-#: Drafting strategies a scenario can name (``speculation.method``): the type, and its values.
-MethodName = Literal[
-    "none",
-    "draft_model",
-    "ngram",
-    "medusa",
-    "eagle",
-    "eagle2",
-    "eagle3",
-    "mtp",
-    "lookahead",
-    "suffix",
-    "p_eagle",
-]
-METHODS: tuple[str, ...] = typing.get_args(MethodName)
 #: Host overheads (per step, sequence, layer, token; front-end terms) above one second are refused:
 #: the presets and fits hold 1e-6 to 1e-2 s (sim/data/host_costs.yaml), so a second is a unit
 #: mistake, and 1e308 s would make every duration infinite.
@@ -53,31 +44,10 @@ MAX_OVERHEAD_S = 1.0
 MAX_BATCH_SEQS = 65_536
 #: vLLM's KV block sizes are 1 to 128 tokens; 4,096 leaves room for any engine's paging.
 MAX_BLOCK_SIZE = 4096
-#: Draft trees: EAGLE-2's published trees hold 60 draft tokens (Li et al. 2024) and Medusa's
-#: default sparse tree 63 (``mc_sim_7b_63``); a thousand nodes per verify step is past both.
-MAX_TREE_WIDTH = 64
-MAX_TREE_DEPTH = 64
-MAX_TREE_NODES = 1024
 #: A latency bound above a day (in ms) is not a serving SLO.
 MAX_LATENCY_MS = 86_400_000.0
 SLO_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
 SLO_STATS = ("mean", "p50", "p90", "p99")
-
-
-def _catalogue_model(value: str | ModelSpec | None) -> str | ModelSpec | None:
-    """A model name resolved to its catalogue entry (Hugging Face ids accepted).
-
-    Raise ValueError naming the known models if a name resolves to nothing.
-    """
-    if not isinstance(value, str):
-        return value
-    resolved = resolve_model_name(value)
-    if resolved is None:
-        raise ValueError(
-            f"unknown model; known: {', '.join(model_names())} (or their Hugging Face ids, "
-            "e.g. meta-llama/Llama-3.1-8B-Instruct, or the path of a Hugging Face config.json)"
-        )
-    return resolved
 
 
 class HardwareConfig(BaseModel):
@@ -164,74 +134,6 @@ class EngineConfig(BaseModel):
         return value
 
 
-class TreeConfig(BaseModel):
-    """A draft tree: a static shape (children per node at each depth) or an EAGLE-2 dynamic tree."""
-
-    model_config = _STRICT
-    shape: list[int] | None = Field(default=None, max_length=MAX_TREE_DEPTH)
-    topk: int | None = Field(default=None, ge=1, le=MAX_TREE_WIDTH)
-    depth: int | None = Field(default=None, ge=1, le=MAX_TREE_DEPTH)
-    num_draft_tokens: int | None = Field(default=None, ge=1, le=MAX_TREE_NODES)
-
-    @model_validator(mode="after")
-    def _one_form(self) -> TreeConfig:
-        dynamic = (self.topk, self.depth, self.num_draft_tokens)
-        if self.shape is not None:
-            if any(v is not None for v in dynamic):
-                raise ValueError("give either shape or topk/depth/num_draft_tokens, not both")
-            if not self.shape or any(not 1 <= w <= MAX_TREE_WIDTH for w in self.shape):
-                raise ValueError(
-                    f"shape must be a non-empty list of widths in [1, {MAX_TREE_WIDTH}]"
-                )
-            if math.prod(self.shape) > MAX_TREE_NODES:
-                raise ValueError(
-                    f"shape: the deepest level alone holds more than {MAX_TREE_NODES} nodes"
-                )
-        elif any(v is None for v in dynamic):
-            raise ValueError("a dynamic tree needs topk, depth and num_draft_tokens")
-        return self
-
-
-class PolicyConfig(BaseModel):
-    """How many drafts each verify step carries, chosen per step (:mod:`sim.acceptance.policy`):
-    ``name`` one of its policies, ``params`` that policy's settings."""
-
-    model_config = _STRICT
-    name: str
-    params: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _known_policy(cls, value: str) -> str:
-        from sim.acceptance.policy import POLICY_NAMES
-
-        if value not in POLICY_NAMES:
-            raise ValueError(f"unknown policy {value!r}; known: {', '.join(POLICY_NAMES)}")
-        return value
-
-
-class SpeculationConfig(BaseModel):
-    """Which drafting strategy, how many tokens it drafts, and how often they are accepted."""
-
-    model_config = _STRICT
-    method: MethodName = "none"
-    num_speculative_tokens: int = Field(default=3, ge=1, le=32)
-    draft_model: str | ModelSpec | None = None
-    draft_tp: int | None = Field(default=None, ge=1, le=8)
-    tree: TreeConfig | None = None
-    acceptance: AcceptanceConfig | None = None
-    #: k chosen per step by a policy; absent: ``num_speculative_tokens`` at every step. With a
-    #: policy, ``num_speculative_tokens`` is the most drafts a step may carry.
-    policy: PolicyConfig | None = None
-    #: Run a method the chosen engine does not implement (a what-if study; results say so).
-    allow_unsupported: bool = False
-
-    @field_validator("draft_model")
-    @classmethod
-    def _known_draft(cls, value: str | ModelSpec | None) -> str | ModelSpec | None:
-        return _catalogue_model(value)
-
-
 #: Per-request bounds ``vllm bench serve --goodput`` accepts (milliseconds).
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 #: Share of requests a steady window drops at each end unless the scenario says otherwise.
@@ -313,7 +215,7 @@ class Scenario(BaseModel):
     model: str | ModelSpec = "llama-3.1-8b"
     precision: PrecisionConfig = PrecisionConfig()
     engine: EngineConfig = EngineConfig()
-    speculation: SpeculationConfig = SpeculationConfig()
+    speculation: SpeculationConfig = no_speculation()
     workload: WorkloadConfig = WorkloadConfig()
     slo: dict[str, float] | None = None
     measurement: MeasurementConfig = MeasurementConfig()
@@ -326,7 +228,7 @@ class Scenario(BaseModel):
         # A path ending in .json is a Hugging Face config.json, read when the run is built.
         if isinstance(value, str) and value.endswith(".json"):
             return value
-        return _catalogue_model(value) or value
+        return catalogue_model(value) or value
 
     @field_validator("slo")
     @classmethod
@@ -362,6 +264,8 @@ class Scenario(BaseModel):
 # --- loading ---------------------------------------------------------------------------------
 #: Union-member tags pydantic puts in error locations; they are not keys a user wrote.
 _UNION_TAGS = {
+    CHAIN_TAG,
+    TREE_TAG,
     "poisson",
     "gamma",
     "closed_loop",
@@ -468,6 +372,16 @@ def _format_errors(exc: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid scenario"]
     for error in exc.errors():
         path = _key_path(error["loc"])
+        if error["type"] == UNKNOWN_METHOD:
+            # The union picks the settings model by method: say what the method may be.
+            value = error["input"]
+            if not isinstance(value, dict):
+                lines.append(f"  {path}: Input should be a mapping, got {value!r}")
+                continue
+            known = ", ".join(repr(m) for m in METHODS[:-1]) + f" or {METHODS[-1]!r}"
+            got = value.get("method")
+            lines.append(f"  {path}.method: Input should be {known}, got {got!r}")
+            continue
         lines.append(f"  {path or '(top level)'}: {_message(error, path)}")
     return "\n".join(lines)
 

@@ -166,7 +166,7 @@ def validation_rows() -> list[ValidationRow]:
                     al,
                     summary["mean_acceptance_length"],
                     ISSUE_20780,
-                    "acceptance profile (calibration/build_acceptance_data.py)",
+                    "acceptance profile (tools/build_acceptance_data.py)",
                 )
             )
             if (method, k) in offline:

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from matplotlib.figure import Figure
 
-from sim.analysis import (
+from sim.errors import ScenarioError
+from sim.theory.chain_acceptance import (
     constant_acceptance_pair,
     expected_tokens_per_step,
     lesson_comparison,
@@ -22,7 +23,6 @@ from sim.analysis import (
     tokens_per_step_figure,
     tokens_per_step_table,
 )
-from sim.errors import ScenarioError
 
 alphas = st.floats(0.0, 0.999)
 ks = st.integers(0, 40)

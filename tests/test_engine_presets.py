@@ -9,12 +9,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sim.cli import app
 from sim.drafting import SUPPORT, check_support
 from sim.drafting.overheads import load_draft_overheads, overheads_document
 from sim.engine.presets import aliases, canonical_name, get_preset, known_names, preset_names
 from sim.errors import ScenarioError
 from sim.scenario import validate_document
+from specsim.cli import app
 
 VERSIONED = ("vllm-v0", "vllm-v1", "sglang-0.4", "sglang-0.5")
 

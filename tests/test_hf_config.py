@@ -12,9 +12,9 @@ import yaml
 from typer.testing import CliRunner
 
 from sim.catalogue import get_model
-from sim.cli import app
 from sim.errors import CatalogueError
 from sim.hf_config import spec_from_config
+from specsim.cli import app
 
 # The fields of the published config.json files the catalogue entries were written from.
 DEEPSEEK_V3 = {

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
 from sim.errors import CalibrationError, ScenarioError
 from sim.inputs import MAX_DEPTH, MAX_NODES, InputError, decode_text, load_yaml
 from sim.scenario import load_scenario
+from specsim.cli import app
 
 
 def _billion_laughs(levels: int = 9, fan: int = 9) -> str:
@@ -146,7 +146,7 @@ def test_overrides_are_strict(override: str, match: str) -> None:
         ),
         ("workload.prompt_tokens={distribution: fixed, value: 0}", r"value: must be >= 1 tokens"),
         ("workload.temperature=50", r"temperature: must be <= 2"),
-        ("speculation.tree.shape=[64, 64, 64]", "1024 nodes"),
+        ("speculation={method: eagle3, tree: {shape: [64, 64, 64]}}", "1024 nodes"),
         ("slo.ttft_p99_ms=1e300", r"<= 8\.64e\+07 ms"),
         ("speculation.acceptance.mean_acceptance_length=1e9", r"must be <= 33"),
     ],
@@ -221,7 +221,7 @@ def test_simulated_times_that_would_lose_precision_are_refused(tmp_path: Path) -
 
 
 def test_an_engine_profile_is_held_to_the_schema_bounds(tmp_path: Path) -> None:
-    from sim.profiles import load_engine_profile
+    from sim.calibrated_profiles import load_engine_profile
 
     path = tmp_path / "p.yaml"
     path.write_text(

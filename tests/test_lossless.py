@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sim.errors import ScenarioError
-from sim.lossless import homogeneity_test, markov_pair, run_lossless_check
+from sim.theory.lossless_check import homogeneity_test, markov_pair, run_lossless_check
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
 from sim.metrics import goodput, measurement_window, summarize
+from specsim.cli import app
 
 
 def _requests() -> dict[str, np.ndarray]:

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
 from sim.output import MAX_NAME_CHARS, atomic_write, safe_name
+from specsim.cli import app
 
 SMALL = ["--set", "workload.num_requests=20"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,8 +213,8 @@ def test_pool_workers_end_when_the_sweep_is_killed(tmp_path: Path) -> None:
     import psutil
 
     command = [
-        sys.executable, "-m", "sim", "sweep", "--out", str(tmp_path / "sweep"), "--workers", "2",
-        "--set", "workload.num_requests=200000", "--grid", "seed=1,2,3",
+        sys.executable, "-m", "specsim", "sweep", "--out", str(tmp_path / "sweep"),
+        "--workers", "2", "--set", "workload.num_requests=200000", "--grid", "seed=1,2,3",
     ]  # fmt: skip
     parent = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     workers: list[int] = []

@@ -12,7 +12,6 @@ import yaml
 from typer.testing import CliRunner
 
 from sim.catalogue import get_gpu, get_model
-from sim.cli import app
 from sim.cost_model import StepCostModel, StepShape
 from sim.efficiency import load_efficiency
 from sim.engine.memory import plan_memory
@@ -21,6 +20,7 @@ from sim.parallel import COMBINE_BYTES_PER_ELEMENT, DISPATCH_BYTES_PER_ELEMENT, 
 from sim.parallel_cost import ParallelStepCost
 from sim.run import build_simulation
 from sim.scenario import validate_document
+from specsim.cli import app
 
 DEEPSEEK = get_model("deepseek-v3").with_precision("fp8", "bf16")
 H200 = get_gpu("h200")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sim.catalogue import get_gpu, get_model
-from sim.cli import app
+from specsim.cli import app
 from sim.cost_model import StepCostModel, StepShape, total_of
 from sim.efficiency import load_efficiency
 from sim.errors import ScenarioError

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sim.catalogue import BF16_BYTES, get_gpu, get_model, gpu_names
-from sim.cli import app
 from sim.cost_model import StepCostModel, body_peak_flops
 from sim.efficiency import load_efficiency
 from sim.errors import CatalogueError
 from sim.precision import TENSOR_DTYPES, WEIGHT_FORMATS, compute_dtype
+from specsim.cli import app
 
 BASE = get_model("llama-3.1-70b")
 

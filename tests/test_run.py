@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from sim.cli import app
 from sim.errors import CatalogueError, InvariantError, ScenarioError, SpecsimError
 from sim.run import ScenarioResult, build_simulation, run_scenario
 from sim.scenario import load_scenario, validate_document
+from specsim.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -298,7 +298,7 @@ def test_cli_reports_a_model_that_does_not_fit_with_exit_code_2(tmp_path: Path) 
 def test_python_dash_m_sim_exits_2_without_a_traceback(tmp_path: Path) -> None:
     path = _write(tmp_path, {"hardware": {"num_gpus": 0}, "engine": {"max_num_seqs": "x"}})
     completed = subprocess.run(
-        [sys.executable, "-m", "sim", "run", str(path), "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "specsim", "run", str(path), "--out", str(tmp_path / "out")],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -10,7 +10,7 @@ from hypothesis.extra.numpy import arrays
 from scipy.stats import chisquare
 
 from sim.errors import ScenarioError
-from sim.sampling import (
+from sim.theory.chain_sampling import (
     draft_chain_tokens,
     residual_distribution,
     sample_categorical,

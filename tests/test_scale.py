@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 import sim.results as results
 import sim.scale as scale
-from sim.cli import app
 from sim.errors import ScenarioError
-from sim.progress_lines import MIN_INTERVAL_S, progress_lines
 from sim.run import run_scenario
 from sim.scale import estimate_run, preflight
 from sim.scenario import load_scenario
+from specsim.cli import app
+from specsim.progress_lines import MIN_INTERVAL_S, progress_lines
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from sim.errors import ScenarioError
-from sim.tree_sampling import StaticTree, draft_tree_tokens, speculative_tree_step
+from sim.theory.tree_sampling import StaticTree, draft_tree_tokens, speculative_tree_step
 
 TARGET = np.array([0.1, 0.2, 0.3, 0.4])
 DRAFT = np.array([0.5, 0.3, 0.2, 0.0])
@@ -152,7 +152,7 @@ def test_dynamic_tree_sampler_is_lossless_for_each_shape_rule(
 ) -> None:
     """Chains (topk 1), deep-narrow, shallow-wide and budget-cut trees: the tokens after random
     contexts match direct sampling of the target (chi-square, as the lossless check)."""
-    from sim.lossless import run_lossless_check
+    from sim.theory.lossless_check import run_lossless_check
 
     report = run_lossless_check(samples=20_000, seed=1, dynamic_tree=dynamic_tree)
     dynamic = report.checks[2]
@@ -160,8 +160,8 @@ def test_dynamic_tree_sampler_is_lossless_for_each_shape_rule(
 
 
 def test_dynamic_tree_shapes_differ_between_rows_and_keep_the_budget() -> None:
-    from sim.lossless import markov_pair
-    from sim.tree_sampling import draft_dynamic_tree
+    from sim.theory.lossless_check import markov_pair
+    from sim.theory.tree_sampling import draft_dynamic_tree
 
     pair = markov_pair(12)
     roots = np.arange(12)

@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from sim.cli import app
 from sim.validation import format_report, is_miss, mape, speedup_checks, targets
 from sim.validation.runner import ValidationResult
 from sim.validation.tables import TOLERANCE
+from specsim.cli import app
 
 
 def _result(

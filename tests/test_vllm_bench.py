@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reports.bench_options import BenchOptions, apply_bench_options
 from sim.errors import ScenarioError
 from sim.model_names import hf_model_id, resolve_model_name
 from sim.results import save_result
 from sim.run import run_scenario
 from sim.scenario import load_scenario, validate_document
 from sim.vllm_bench import percentile_word, vllm_bench_result
+from specsim.bench_options import BenchOptions, apply_bench_options
 
 #: The flat keys of a 0.33 ``--save-result`` file without ``--save-detailed`` for a text model
 #: with the default percentile selection (``ttft,tpot,itl`` at 99).
@@ -152,7 +152,7 @@ def test_hugging_face_ids_name_catalogue_models() -> None:
 def test_the_file_reads_as_a_vllm_bench_result(tmp_path: Path) -> None:
     # The parser of real `vllm bench serve --save-result` files takes it as one of them, with
     # the same figures: a prediction and a measurement go through the same tools.
-    from calibration.parsers import parse_artifact
+    from sim.artifacts import parse_artifact
 
     result = _run("speculation.method=eagle3")
     save_result(result, tmp_path, write_steps=False)

@@ -204,16 +204,16 @@ class _FakeReplay:
 
 
 def _install_replay(monkeypatch: pytest.MonkeyPatch, replay: _FakeReplay) -> list[Path]:
-    """Stand in for calibration.replay so the JSON path is tested without the vLLM parsers."""
+    """Stand in for sim.artifacts.replay so the JSON path is tested without the vLLM parsers."""
     calls: list[Path] = []
 
     def read_replay_requests(path: Path) -> _FakeReplay:
         calls.append(path)
         return replay
 
-    module = types.ModuleType("calibration.replay")
+    module = types.ModuleType("sim.artifacts.replay")
     module.read_replay_requests = read_replay_requests  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "calibration.replay", module)
+    monkeypatch.setitem(sys.modules, "sim.artifacts.replay", module)
     return calls
 
 
@@ -343,3 +343,27 @@ def test_looping_a_trace_keeps_order_lengths_and_rate(
     mean_gap_s = times_s[-1] / (num_recorded - 1)
     looped_mean_gap_s = looped.arrival_at_s[-1] / (len(looped.arrival_at_s) - 1)
     assert looped_mean_gap_s == pytest.approx(mean_gap_s, rel=1e-9, abs=1e-12)
+
+
+def test_a_trace_read_once_replays_as_the_file_does_without_reading_it_again(
+    tmp_path: Path,
+) -> None:
+    # A replay fit reads its artifact once and hands the requests to every simulation: the
+    # workload built from them must be the one the file gives, and the file is not opened again.
+    from sim.workload.trace import read_trace
+
+    path = _write_trace(tmp_path)
+    config = {"num_requests": 6, "arrival": {"process": "trace", "path": "trace.csv", "loop": True}}
+    from_file = _build(config, base_dir=tmp_path)
+    trace = read_trace(path)
+    path.unlink()
+    handed = build_workload(
+        WorkloadConfig.model_validate(config), RandomStreams(0), tmp_path, trace=trace
+    )
+    np.testing.assert_array_equal(handed.arrival_at_s, from_file.arrival_at_s)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(handed.prompt_tokens, from_file.prompt_tokens)
+    np.testing.assert_array_equal(handed.output_tokens, from_file.output_tokens)
+    with pytest.raises(ValueError, match="not a trace"):
+        build_workload(
+            WorkloadConfig.model_validate({"num_requests": 3}), RandomStreams(0), tmp_path, trace
+        )

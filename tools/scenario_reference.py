@@ -120,11 +120,22 @@ HINTS = {
 
 
 def _object_section(
-    schema: dict[str, Any], path: str, model: dict[str, Any], note: str, out: list[str]
+    schema: dict[str, Any],
+    path: str,
+    model: dict[str, Any],
+    note: str,
+    out: list[str],
+    seen: set[str] | None = None,
 ) -> None:
     """A heading for the mapping at ``path``, its description, one row per key, then every
-    nested mapping and every variant of a union, each in its own section."""
-    out.append(f"## `{path}`{note}")
+    nested mapping and every variant of a union, each in its own section (a section two
+    variants share, such as ``speculation.acceptance``, once)."""
+    seen = set() if seen is None else seen
+    heading = f"## `{path}`{note}"
+    if heading in seen:
+        return
+    seen.add(heading)
+    out.append(heading)
     out.append("")
     description = _first_paragraph(model.get("description"))
     if description:
@@ -153,11 +164,15 @@ def _object_section(
             nested.append((child, target, f" with {tag}" if tag else " (as a mapping)"))
     out.append("")
     for child, target, child_note in nested:
-        _object_section(schema, child, target, child_note, out)
+        _object_section(schema, child, target, child_note, out, seen)
 
 
 def _union_tag(model: dict[str, Any]) -> str:
-    """``process: gamma``: the discriminator key and value that pick this variant, if any."""
+    """``process: gamma``: the discriminator key and value that pick this variant, if any
+    (``method`` picks a family of drafting methods: all of them are named)."""
+    method = (model.get("properties") or {}).get("method") or {}
+    if len(method.get("enum", ())) > 1:
+        return "`method` " + ", ".join(f"`{value}`" for value in method["enum"])
     for key in ("process", "distribution", "policy", "kind"):
         node = (model.get("properties") or {}).get(key) or {}
         value = node.get("const", node.get("default"))

@@ -183,7 +183,7 @@ def timeline_section(runs: list[RunFolder]) -> Section | None:
 
 def tokens_per_step_section(measured: list[tuple[str, int, float]]) -> Section:
     """The closed form ``E = (1 − α^(k+1)) / (1 − α)`` against α and k, measured runs starred."""
-    from sim.analysis import tokens_per_step_figure, tokens_per_step_table
+    from sim.theory.chain_acceptance import tokens_per_step_figure, tokens_per_step_table
 
     table = tokens_per_step_table()
     figure = measured_tokens_per_step(tokens_per_step_figure(table), measured)

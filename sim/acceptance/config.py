@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from sim.acceptance.models import ConstantAlphaModel, PositionalAcceptanceModel, TargetTauModel
 from sim.acceptance.plan import AcceptanceModel
-from sim.acceptance.profiles import (
+from sim.acceptance.shipped_data import (
     PACKAGE_DATA_DIR,
     SHIPPED_TRACES,
     load_profile_document,
@@ -124,8 +124,8 @@ def _build(
     if config.mean_acceptance_length is not None:
         return TargetTauModel(config.mean_acceptance_length, match_rate=chain_match)
     if config.profile is not None:
-        # Imported here: sim.profiles imports the acceptance models this package defines.
-        from sim.profiles import is_profile_reference, load_acceptance_profile
+        # Imported here: sim.calibrated_profiles imports the acceptance models this package defines.
+        from sim.calibrated_profiles import is_profile_reference, load_acceptance_profile
 
         if is_profile_reference(config.profile):
             return load_acceptance_profile(config.profile, base_dir, method)

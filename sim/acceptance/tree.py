@@ -10,7 +10,7 @@ rate ``a_d``, the candidate of rank ``r`` (1 = top) is accepted with probability
 so rank r is the accepted child with probability ``π_r = q_r · Π_{j<r} (1 − q_j)`` and the walk
 advances past depth d with probability ``1 − Π_{r<=w} (1 − q_r)``. ``β = 0`` is a chain; ``β = 1``
 makes every sibling as good as the top candidate. β is fitted by
-``calibration/build_acceptance_data.py``
+``tools/build_acceptance_data.py``
 from EAGLE-1's chain n-α rates paired with its tree τ (Li et al. 2024, arXiv:2401.15077,
 Tables 2 and 8),
 and the fit is recorded in ``sim/data/acceptance_profiles.yaml`` under ``tree_rule``.

@@ -1,42 +1,29 @@
-"""Drafting strategies, one module each, chosen by ``speculation.method`` through one table.
+"""Drafting strategies, one module each, chosen by ``speculation.method``.
 
-:data:`BUILDERS` maps each method to the function that builds its strategy; :data:`SUPPORT` says
-which engine runs which method with which proposal form (a chain, a static ``tree.shape``, an
-EAGLE-2 dynamic tree). A combination missing from :data:`SUPPORT` is a ScenarioError: the simulator
-does not predict what no real engine can run. Sources, per engine:
-
-* vLLM V1: the speculative decoding docs list EAGLE/EAGLE-3, MTP, draft models, n-gram and Medusa
-  proposers (docs.vllm.ai, features/speculative_decoding); all draft chains. Static trees exist only
-  behind the experimental tree-attention backend (``speculative_token_tree``, vllm-project/vllm PR
-  #20401, EAGLE proposer); there is no dynamic (EAGLE-2) tree.
-* SGLang: ``--speculative-algorithm`` EAGLE (EAGLE-2: dynamic tree, or a chain with topk 1),
-  EAGLE3, MTP (NextN, on the EAGLE machinery), STANDALONE (draft model) and NGRAM
-  (docs.sglang.io, advanced_features/speculative_decoding); no Medusa.
-* Lookahead decoding (Fu et al. 2024) is in neither engine; TensorRT-LLM runs it (below).
-* Suffix decoding (``suffix``) and parallel drafting (``p_eagle``) are vLLM V1's only; SGLang
-  announced suffix decoding as coming (Snowflake engineering blog, 2026).
+The methods themselves (their settings, the engines that run each and in which proposal form,
+and their builders) are one table in :mod:`sim.speculation`; this package builds the strategy a
+scenario names and checks that its engine runs it. A combination missing from
+:data:`~sim.speculation.SUPPORT` is a ScenarioError: the simulator does not predict what no real
+engine can run.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Container, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sim.catalogue import GPU, Model
 from sim.cost_model import StepCostModel
-from sim.drafting.base import BuildContext, NoSpeculation, Strategy
-from sim.drafting.draft_model import build_draft_model
-from sim.drafting.eagle import build_eagle
-from sim.drafting.eagle3 import build_eagle3
-from sim.drafting.lookahead import build_lookahead
-from sim.drafting.medusa import build_medusa
-from sim.drafting.mtp import build_mtp
-from sim.drafting.ngram import build_ngram
-from sim.drafting.parallel import build_parallel_eagle
-from sim.drafting.suffix import build_suffix
+from sim.drafting.base import BuildContext, Strategy
 from sim.engine.presets import get_preset
 from sim.errors import ScenarioError
-from sim.scenario import Scenario
+from sim.speculation import BUILDERS as METHOD_BUILDERS
+from sim.speculation import SUPPORT
+
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
 
 __all__ = [
     "BUILDERS",
@@ -48,81 +35,16 @@ __all__ = [
     "proposal_form",
 ]
 
-#: Each method's builder.
-BUILDERS: dict[str, Callable[[BuildContext], Strategy]] = {
-    "none": lambda ctx: NoSpeculation(),
-    "draft_model": build_draft_model,
-    "ngram": build_ngram,
-    "medusa": build_medusa,
-    "eagle": build_eagle,
-    "eagle2": build_eagle,
-    "eagle3": build_eagle3,
-    "mtp": build_mtp,
-    "lookahead": build_lookahead,
-    "suffix": build_suffix,
-    "p_eagle": build_parallel_eagle,
-}
 
-#: Proposal forms each engine runs, per method: "supported" or "experimental" (runs behind an
-#: experimental engine flag; results say so). Anything absent is refused.
-SUPPORT: dict[str, dict[str, dict[str, str]]] = {
-    # vLLM 0.5-0.6 (V0 spec-decode worker): draft models, n-gram lookup, Medusa and EAGLE heads
-    # proposing chains (vLLM v0.6.0 docs, "Speculative decoding"); no trees, no EAGLE-3, no MTP.
-    "vllm-v0": {
-        "none": {"chain": "supported"},
-        "draft_model": {"chain": "supported"},
-        "ngram": {"chain": "supported"},
-        "medusa": {"chain": "supported"},
-        "eagle": {"chain": "supported"},
-    },
-    "vllm-v1": {
-        "none": {"chain": "supported"},
-        "draft_model": {"chain": "supported"},
-        "ngram": {"chain": "supported"},
-        "medusa": {
-            "chain": "supported",
-            # vLLM's tree-attention backend verifies static trees (PR #20401); its Medusa
-            # proposer drafts top-1 chains, so a Medusa tree is the Medusa paper's tree on it.
-            "static_tree": "experimental",
-        },
-        "eagle": {"chain": "supported", "static_tree": "experimental"},
-        "eagle3": {"chain": "supported", "static_tree": "experimental"},
-        "mtp": {"chain": "supported"},
-        # vLLM docs, features/speculative_decoding/suffix (Arctic Inference plugin).
-        "suffix": {"chain": "supported"},
-        # P-EAGLE: method eagle3 with "parallel_drafting": true, vLLM 0.16+ (PR #32887).
-        "p_eagle": {"chain": "supported"},
-    },
-    # TensorRT-LLM 1.0: the PyTorch backend drafts chains with draft models, EAGLE-3, n-gram
-    # and MTP (docs features/speculative-decoding: "a single sequence of draft tokens"); the
-    # TensorRT engine backend runs Medusa trees (medusa_choices), EAGLE-1/2 trees and lookahead
-    # (docs advanced/speculative-decoding, 0.18).
-    "trtllm": {
-        "none": {"chain": "supported"},
-        "draft_model": {"chain": "supported"},
-        "ngram": {"chain": "supported"},
-        "medusa": {"chain": "supported", "static_tree": "supported"},
-        "eagle": {"static_tree": "supported"},
-        "eagle2": {"dynamic_tree": "supported"},
-        "eagle3": {"chain": "supported"},
-        "mtp": {"chain": "supported"},
-        "lookahead": {"chain": "supported"},
-    },
-    # llama.cpp: llama-server drafts with a second, smaller model (--model-draft,
-    # examples/speculative and the server's speculative decoding), a chain.
-    "llamacpp": {
-        "none": {"chain": "supported"},
-        "draft_model": {"chain": "supported"},
-    },
-    "sglang": {
-        "none": {"chain": "supported"},
-        "draft_model": {"chain": "supported"},
-        "ngram": {"chain": "supported"},
-        "eagle": {"chain": "supported"},
-        "eagle2": {"dynamic_tree": "supported"},
-        "eagle3": {"chain": "supported", "dynamic_tree": "supported"},
-        "mtp": {"chain": "supported", "dynamic_tree": "supported"},
-    },
+def _builder(path: str) -> Callable[[BuildContext], Strategy]:
+    module, name = path.split(":")
+    builder: Callable[[BuildContext], Strategy] = getattr(importlib.import_module(module), name)
+    return builder
+
+
+#: Each method's builder, resolved from :data:`sim.speculation.BUILDERS`.
+BUILDERS: dict[str, Callable[[BuildContext], Strategy]] = {
+    method: _builder(path) for method, path in METHOD_BUILDERS.items()
 }
 
 

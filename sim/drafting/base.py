@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,7 +21,9 @@ from sim.acceptance.plan import AcceptanceModel, Proposal
 from sim.catalogue import GPU, Model
 from sim.cost_model import StepCostModel
 from sim.engine.drafter import DraftWork, StepPlan
-from sim.scenario import Scenario
+
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
 
 FloatArray = NDArray[np.float64]
 
@@ -125,3 +127,8 @@ class BuildContext:
             scenario.workload.temperature,
             self.base_dir,
         )
+
+
+def build_no_speculation(ctx: BuildContext) -> Strategy:
+    """The strategy of method ``none``: no drafts, plain decoding."""
+    return NoSpeculation()

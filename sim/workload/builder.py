@@ -151,22 +151,32 @@ def _length_distribution(
     return ReplayedLengths(recorded, max_tokens)
 
 
-def build_workload(config: WorkloadConfig, streams: RandomStreams, base_dir: Path) -> Workload:
+def build_workload(
+    config: WorkloadConfig,
+    streams: RandomStreams,
+    base_dir: Path,
+    trace: TraceRequests | None = None,
+) -> Workload:
     """Draw (or replay) every request's arrival time and lengths from ``config``.
 
     Arrivals, prompt lengths and output lengths come from the named streams ``"arrivals"``,
     ``"prompt_tokens"`` and ``"output_tokens"``, so changing one of them leaves the others' draws
     unchanged (common random numbers). Relative paths are resolved against ``base_dir``, the
-    scenario file's folder.
+    scenario file's folder. ``trace``, when given, is the file of ``workload.arrival.path``
+    already read (:func:`sim.workload.trace.read_trace`), so a caller that runs one trace many
+    times reads it once.
 
     Raise ScenarioError if a file is missing or malformed, or a trace holds fewer requests than
     ``num_requests`` without ``loop: true``; the vLLM artifact reader raises CalibrationError.
+    Raise ValueError if ``trace`` is given for arrivals that are not a trace.
     """
     num_requests = config.num_requests
-    trace = None
     if isinstance(config.arrival, TraceArrivalConfig):
-        path = resolve_path(config.arrival.path, base_dir)
-        trace = take_requests(read_trace(path), num_requests, config.arrival.loop)
+        if trace is None:
+            trace = read_trace(resolve_path(config.arrival.path, base_dir))
+        trace = take_requests(trace, num_requests, config.arrival.loop)
+    elif trace is not None:
+        raise ValueError("build_workload: a trace was given but workload.arrival is not a trace")
 
     arrival_process = _arrival_process(config, trace)
     prompt_length = _length_distribution(

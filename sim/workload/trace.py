@@ -2,7 +2,7 @@
 
 A trace is a CSV with one row per request and the columns ``arrived_at`` (seconds),
 ``num_prefill_tokens`` and ``num_decode_tokens`` (the layout of the Splitwise/Azure 2023 traces as
-Vidur processes them), or any file :func:`calibration.replay.read_replay_requests` reads: a
+Vidur processes them), or any file :func:`sim.artifacts.replay.read_replay_requests` reads: a
 ``vllm bench serve`` result JSON or a request-timings ``requests.jsonl``.
 """
 
@@ -13,11 +13,15 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sim.errors import ScenarioError
 from sim.inputs import InputError, read_text
+
+if TYPE_CHECKING:
+    from sim.artifacts.replay import ReplayRequests
 
 CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 #: As sim.workload.config.MAX_SIMULATED_S: 2**32 s, below which float64 resolves a microsecond.
@@ -156,11 +160,16 @@ def read_trace(path: Path) -> TraceRequests:
         raise ScenarioError(f"workload.arrival.path: no such file {path}")
     if path.suffix.lower() == ".csv":
         return _read_csv_trace(path)
-    # Imported here: the replay reader belongs to the calibration package and is only needed for
-    # vLLM artifacts.
-    from calibration.replay import read_replay_requests
+    # Imported here: the artifact readers are only needed for vLLM and SGLang files.
+    from sim.artifacts.replay import read_replay_requests
 
-    replay = read_replay_requests(path)
+    return trace_of_replay(read_replay_requests(path))
+
+
+def trace_of_replay(replay: ReplayRequests) -> TraceRequests:
+    """The requests of a real run read by :func:`sim.artifacts.replay.read_replay_requests`, as a
+    trace: a caller that replays one artifact many times (a replay fit) reads it once and hands
+    the result to every run (``build_simulation(..., trace=...)``)."""
     arrival_at_s = replay.arrival_at_s
     rate_per_s = replay.request_rate_per_s
     return TraceRequests(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from calibration.build_acceptance_data import build
+from tools.build_acceptance_data import build
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / ".." / "shared" / "data"

@@ -27,16 +27,16 @@ from sim.acceptance.policy import (
     SglangEmaPolicy,
     build_policy,
 )
-from sim.cli import app
 from sim.errors import ScenarioError
-from sim.lossless import (
+from sim.run import build_simulation, execute
+from sim.scenario import validate_document
+from sim.theory.chain_sampling import sample_categorical, speculative_chain_step
+from sim.theory.lossless_check import (
     direct_sequences,
     homogeneity_test,
     markov_pair,
 )
-from sim.run import build_simulation, execute
-from sim.sampling import sample_categorical, speculative_chain_step
-from sim.scenario import validate_document
+from specsim.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sim.acceptance.plan import Proposal
-from sim.acceptance.profiles import load_shipped_traces
+from sim.acceptance.shipped_data import load_shipped_traces
 from sim.acceptance.traces import TraceReplayModel, TraceSet, load_jsonl_traces
 from sim.errors import CalibrationError, ScenarioError
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calibration.parsers import KINDS, parse_runs
-from calibration.replay import read_replay_requests
+from sim.artifacts import KINDS, parse_runs
+from sim.artifacts.replay import read_replay_requests
 from sim.errors import CalibrationError
 
 # The samples live in this folder's conftest; tests import in importlib mode, so load it by path.

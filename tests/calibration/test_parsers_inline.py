@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibration.parsers import KINDS, detect_kind, parse_artifact, parse_runs
-from calibration.parsers.prometheus import parse_prometheus_scrapes
-from calibration.replay import read_replay_requests
-from calibration.schema import requests_to_dataframe
+from sim.artifacts import KINDS, detect_kind, parse_artifact, parse_runs
+from sim.artifacts.prometheus import parse_prometheus_scrapes
+from sim.artifacts.replay import read_replay_requests
+from sim.artifacts.schema import requests_to_dataframe
 from sim.errors import CalibrationError
 
 Writer = Callable[[Path, str, str], Path]

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibration.parsers import detect_kind, mean_acceptance_length, parse_artifact, parse_runs
-from calibration.replay import read_replay_requests
+from sim.artifacts import detect_kind, mean_acceptance_length, parse_artifact, parse_runs
+from sim.artifacts.replay import read_replay_requests
 from sim.errors import CalibrationError
 
 ARTIFACTS = "vllm-artifacts"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from calibration.parsers import parse_runs
-from sim.cli import app
+from sim.artifacts import parse_runs
 from sim.errors import CalibrationError
+from specsim.cli import app
 
 _spec = importlib.util.spec_from_file_location(
     "parser_samples", Path(__file__).with_name("conftest.py")
@@ -71,8 +71,8 @@ def test_impossible_values_are_refused_naming_the_file(
 
 
 def test_tau_above_k_plus_one_is_refused(tmp_path: Path) -> None:
-    from calibration.physics import check_artifact
-    from calibration.schema import ParsedArtifact, RunMetadata, SpecDecodeSummary
+    from sim.artifacts.physics import check_artifact
+    from sim.artifacts.schema import ParsedArtifact, RunMetadata, SpecDecodeSummary
 
     artifact = ParsedArtifact(
         kind="vllm_log",

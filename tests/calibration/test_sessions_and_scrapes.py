@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from calibration.aggregate import aggregate_experiment
 from calibration.calibrate import calibrate
-from calibration.parsers import parse_prometheus_scrapes, parse_runs
-from calibration.parsers.log_sessions import split_sessions
+from sim.artifacts import parse_prometheus_scrapes, parse_runs
+from sim.artifacts.log_sessions import split_sessions
 from sim.errors import CalibrationError
 
 

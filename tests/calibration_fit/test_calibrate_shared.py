@@ -12,14 +12,14 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from calibration.build_profiles import PROFILE_DIR, build_all
 from calibration.calibrate import calibrate
-from calibration.commands import register
 from calibration.fit_acceptance import fit_traces
-from calibration.parsers import mean_acceptance_length, parse_artifact
 from sim.acceptance.models import PositionalAcceptanceModel
 from sim.acceptance.plan import Proposal
+from sim.artifacts import mean_acceptance_length, parse_artifact
 from sim.errors import CalibrationError
+from specsim.calibrate_command import register
+from tools.build_profiles import PROFILE_DIR, build_all
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 DATA = SHARED / "data"

@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 
 from calibration.aggregate import aggregate_experiment
 from calibration.calibrate import calibrate
-from calibration.commands import register
 from calibration.identifiability import parameter_intervals
 from calibration.parameters import PARAMETERS, available_parameters
-from calibration.parsers import parse_runs
-from calibration.profile import write_profile
+from calibration.profile_document import write_profile
+from sim.artifacts import parse_runs
+from sim.calibrated_profiles import load_engine_profile
 from sim.errors import CalibrationError
-from sim.profiles import load_engine_profile
+from specsim.calibrate_command import register
 from tests.calibration_fit.aggregate_files import (
     GPU,
     MODEL,

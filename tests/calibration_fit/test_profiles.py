@@ -16,12 +16,16 @@ from calibration.fit_acceptance import (
     tau_from_conditional_rates,
 )
 from calibration.fit_step_cost import fit_steps, model_time_s
-from calibration.schema import StepTable
 from sim.acceptance.config import AcceptanceConfig, build_acceptance_model
 from sim.acceptance.models import PositionalAcceptanceModel
 from sim.acceptance.plan import Proposal
+from sim.artifacts.schema import StepTable
+from sim.calibrated_profiles import (
+    load_acceptance_profile,
+    load_engine_profile,
+    shipped_profile_names,
+)
 from sim.errors import ScenarioError
-from sim.profiles import load_acceptance_profile, load_engine_profile, shipped_profile_names
 
 ENGINE = "vllm-0.19-llama-3.1-8b-rtx-pro-6000"
 TRACES = "llama-3.1-8b-gsm8k-h100-traces"
@@ -32,7 +36,7 @@ def test_shipped_profiles_are_listed_and_the_engine_values_sit_in_their_interval
     profile = load_engine_profile(ENGINE, Path.cwd())
     assert profile.gpu == "rtx-pro-6000" and profile.model == "llama-3.1-8b"
     document = yaml.safe_load(Path(__file__).resolve().parents[2].joinpath(
-        "calibration", "profiles", f"{ENGINE}.yaml").read_text("utf-8"))  # fmt: skip
+        "sim", "data", "profiles", f"{ENGINE}.yaml").read_text("utf-8"))  # fmt: skip
     for key in ("step_overhead_s", "per_sequence_overhead_s"):
         low, high = document["engine"]["ci95"][key]
         assert low <= getattr(profile, key) <= high

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sim.cli import app
+from specsim.cli import app
 from tests.fleet.helpers import document
 
 

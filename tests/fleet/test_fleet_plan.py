@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from reports.fleet_plan import nodes_needed
 from reports.slo import parse_slo
-from sim.cli import app
+from specsim.cli import app
 from tests.fleet.helpers import scenario
 
 

@@ -8,7 +8,7 @@ message with exit 2) whose first words say where: the file (and line), the ``--s
 path. A traceback, a hang, a memory blow-up or an exit-0 run with a non-finite or
 impossible metric fails the suite. A scenario the pre-run estimate (sim/scale.py) says would
 take longer than :data:`RUN_IF_ESTIMATE_BELOW_S` is not run: its estimate is what is checked. A
-small sample of cases also runs as ``python -m sim run`` subprocesses. Under CI hypothesis is
+small sample of cases also runs as ``python -m specsim run`` subprocesses. Under CI hypothesis is
 derandomized (tests/conftest.py). Outcome counts are printed at the end of the session.
 """
 
@@ -35,8 +35,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calibration.parsers import KINDS, parse_runs
-from calibration.replay import read_replay_requests
+from sim.artifacts import KINDS, parse_runs
+from sim.artifacts.replay import read_replay_requests
 from sim.catalogue import gpu_names, model_names
 from sim.errors import SpecsimError
 from sim.run import run_scenario
@@ -511,7 +511,7 @@ def test_a_sample_through_the_command_line(
     override: str, fuzz_counts: dict[str, Counter[str]]
 ) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        command = [sys.executable, "-m", "sim", "run", "--set", "workload.num_requests=20",
+        command = [sys.executable, "-m", "specsim", "run", "--set", "workload.num_requests=20",
                    "--set", override, "--out", str(Path(folder) / "out")]  # fmt: skip
         try:
             done = subprocess.run(

@@ -1,0 +1,172 @@
+"""The summary of one run as a typed, frozen value: what ``summary.json`` holds, key for key.
+
+:func:`sim.metrics.summarize` and the run assemble the summary as a mapping, which is written as
+it is (``summary.json``, ``--json``). Everything that reads a summary back (sweep tables, SLO
+checks, the recommender) goes through :class:`Summary`, so it reads named fields instead of
+building key names from strings, and a summary becomes one flat table row in one place
+(:meth:`Summary.flat`). :meth:`Summary.to_dict` gives back the mapping it was made from, in the
+same key order, so the JSON written from either is byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+#: The latency metrics a summary holds a distribution of, as SLO terms name them.
+LatencyMetric = Literal["ttft", "tpot", "itl", "e2e_latency"]
+LATENCY_METRICS: tuple[LatencyMetric, ...] = ("ttft", "tpot", "itl", "e2e_latency")
+#: The statistics of each distribution (docs/metrics.md): the mean and three percentiles.
+STATS = ("mean", "p50", "p90", "p99")
+
+
+@dataclass(frozen=True)
+class DistributionMs:
+    """Mean and percentiles of one latency in milliseconds; None where there were no samples."""
+
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, float | None]) -> DistributionMs:
+        """Read ``{"mean": ..., "p50": ..., "p90": ..., "p99": ...}``.
+
+        Raise ValueError naming the statistics if the keys are not exactly :data:`STATS`.
+        """
+        if tuple(values) != STATS:
+            raise ValueError(f"a latency distribution holds {STATS}, got {tuple(values)}")
+        return cls(**{stat: values[stat] for stat in STATS})
+
+    def stat(self, name: str) -> float | None:
+        """The statistic ``name`` (one of :data:`STATS`). Raise ValueError for another name."""
+        if name not in STATS:
+            raise ValueError(f"unknown statistic {name!r}; known: {', '.join(STATS)}")
+        value: float | None = getattr(self, name)
+        return value
+
+    def as_dict(self) -> dict[str, float | None]:
+        """The mapping ``summary.json`` holds."""
+        return {stat: getattr(self, stat) for stat in STATS}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One run's summary (docs/metrics.md defines every field).
+
+    The optional fields are present only for runs that produce them: a steady measurement
+    window (``measurement_window`` to ``offered_rate_req_s``), a goodput SLO (``goodput_ms`` to
+    ``request_goodput_req_s``), a fleet (``fleet``: the fleet-wide figures and per-replica
+    table), and the run's own ``wall_time_s`` and ``specsim_version`` (absent from goldens).
+    """
+
+    scenario: str
+    method: str
+    seed: int
+    num_requests: int
+    num_completed: int
+    sim_duration_s: float
+    measurement_window_s: tuple[float, float]
+    num_steps: int
+    output_throughput_tok_s: float
+    request_throughput_req_s: float
+    total_token_throughput_tok_s: float
+    ttft_ms: DistributionMs
+    tpot_ms: DistributionMs
+    itl_ms: DistributionMs
+    e2e_latency_ms: DistributionMs
+    mean_acceptance_length: float
+    draft_acceptance_rate: float | None
+    mean_batch_size: float
+    mean_tokens_per_step: float
+    kv_cache_peak_usage: float
+    num_preemptions: int
+    prefix_cache_hit_rate: float | None
+    measurement_window: str | None = None
+    num_arrivals_in_window: int | None = None
+    offered_rate_req_s: float | None = None
+    goodput_ms: Mapping[str, float] | None = None
+    num_good_requests: int | None = None
+    good_request_fraction: float | None = None
+    request_goodput_req_s: float | None = None
+    fleet: Mapping[str, Any] | None = None
+    wall_time_s: float | None = None
+    specsim_version: str | None = None
+    #: The keys the summary had, in their order (to give the same mapping back).
+    keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, summary: Mapping[str, Any]) -> Summary:
+        """Read a summary mapping (a run's ``summary``, or ``summary.json`` loaded).
+
+        Raise ValueError naming the key if it holds a key no summary has, or lacks one every
+        summary has.
+        """
+        known = {f.name for f in fields(cls)} - {"keys"}
+        unknown = [key for key in summary if key not in known]
+        if unknown:
+            raise ValueError(f"summary: unknown key {unknown[0]!r}")
+        values: dict[str, Any] = dict(summary)
+        for metric in LATENCY_METRICS:
+            key = f"{metric}_ms"
+            if key in values:
+                values[key] = DistributionMs.from_mapping(values[key])
+        if "measurement_window_s" in values:
+            start, end = values["measurement_window_s"]
+            values["measurement_window_s"] = (start, end)
+        try:
+            return cls(**values, keys=tuple(summary))
+        except TypeError as error:
+            raise ValueError(f"summary: {error}") from None
+
+    def latency_ms(self, metric: str) -> DistributionMs:
+        """The distribution of ``metric`` (one of :data:`LATENCY_METRICS`).
+
+        Raise ValueError for another metric.
+        """
+        if metric not in LATENCY_METRICS:
+            raise ValueError(f"unknown metric {metric!r}; known: {', '.join(LATENCY_METRICS)}")
+        distribution: DistributionMs = getattr(self, f"{metric}_ms")
+        return distribution
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as the mapping it was read from: same keys, same order, same values."""
+        out: dict[str, Any] = {}
+        for key in self.keys:
+            value = getattr(self, key)
+            if isinstance(value, DistributionMs):
+                value = value.as_dict()
+            elif key == "measurement_window_s":
+                value = list(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[key] = value
+        return out
+
+    def flat(self) -> dict[str, Any]:
+        """The summary as one flat table row: ``ttft_ms.p99`` becomes ``ttft_p99_ms``, a goodput
+        bound ``goodput_ms.ttft`` becomes ``goodput_ttft_ms``, the window becomes
+        ``measurement_start_s`` and ``measurement_end_s``, and the fleet section one JSON cell."""
+        row: dict[str, Any] = {}
+        for key in self.keys:
+            value = getattr(self, key)
+            if isinstance(value, DistributionMs):
+                metric = _METRIC_OF_KEY[key]
+                for stat, figure in value.as_dict().items():
+                    row[f"{metric}_{stat}_ms"] = figure
+            elif key == "goodput_ms" and value is not None:
+                for metric, bound in value.items():
+                    row[f"goodput_{metric}_ms"] = bound
+            elif key == "measurement_window_s":
+                row["measurement_start_s"], row["measurement_end_s"] = value
+            elif isinstance(value, Mapping):
+                row[key] = json.dumps(dict(value))
+            else:
+                row[key] = value
+        return row
+
+
+_METRIC_OF_KEY = {f"{metric}_ms": metric for metric in LATENCY_METRICS}

@@ -1,0 +1,500 @@
+"""The multi-run commands of the ``specsim`` command line: ``compare``, ``sweep`` and ``plan``.
+
+``register(app)`` adds them to the application. Each validates its whole input (the scenario,
+every override, every grid point, the SLO) before the first run, and reports a user's mistake
+as one message with exit code 2.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich import box
+from rich.table import Table
+
+if TYPE_CHECKING:  # pandas is imported by the commands themselves: CLI start stays fast
+    import pandas as pd
+
+from specsim.bench_options import BenchOptions, apply_bench_options, with_bench_options
+from specsim.cli_options import ForceOpt, ScenarioArg, SetOpt, YesOpt
+
+
+def load_document(
+    path: Path | None, overrides: list[str], bench: BenchOptions | None = None
+) -> tuple[dict[str, Any], Path, str]:
+    """The scenario mapping with ``--set`` overrides and then the ``vllm bench serve`` options
+    applied, validated, with its folder and name.
+
+    Raise ScenarioError if the file, an override, an option or the resulting scenario is invalid.
+    """
+    from sim.scenario import document_with_overrides, validate_document
+
+    document, base_dir, source = document_with_overrides(path, overrides)
+    if bench is not None:
+        apply_bench_options(document, bench)
+    validate_document(document, source)
+    return document, base_dir, source
+
+
+def _inputs(scenario: Path | None) -> tuple[Path, ...]:
+    """The files a command reads, which its outputs must never replace."""
+    return () if scenario is None else (scenario,)
+
+
+def _preflight_sweep(
+    points: list[Any], source: str, base_dir: Path, workers: int, yes: bool
+) -> None:
+    """The pre-run estimate of a sweep: its largest point, once per worker running at a time.
+
+    Raise ScenarioError if that would not fit in memory and ``yes`` is false.
+    """
+    from sim.scale import preflight
+    from sim.scenario import validate_document
+    from specsim.console import err_console
+
+    scenarios = [validate_document(point.document, source) for point in points]
+    largest = max(scenarios, key=lambda s: s.workload.num_requests)
+    preflight(largest, yes=yes, warn=err_console.print, base_dir=base_dir,
+              copies=min(workers, len(points)), parallel=True)  # fmt: skip
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def comparison_table(frame: pd.DataFrame, title: str) -> Table:
+    """The comparison as a terminal table; speed-up is TPOT p50 of ``none`` over the method's."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    columns = (
+        ("method", "method", 0),
+        ("output_throughput_tok_s", "tok/s", 0),
+        ("ttft_p50_ms", "TTFT\np50", 1),
+        ("ttft_p99_ms", "TTFT\np99", 1),
+        ("tpot_p50_ms", "TPOT\np50", 2),
+        ("tpot_p99_ms", "TPOT\np99", 2),
+        ("itl_p50_ms", "ITL\np50", 2),
+        ("itl_p99_ms", "ITL\np99", 2),
+        ("mean_acceptance_length", "acc.\nlen", 2),
+        ("speedup_vs_none", "speed\nup", 2),
+    )
+    for _, label, _ in columns:
+        is_method = label == "method"
+        table.add_column(
+            label,
+            justify="left" if is_method else "right",
+            no_wrap=not is_method,
+            overflow="fold",
+            max_width=28 if is_method else None,
+        )
+    for _, row in frame.iterrows():
+        if row["status"] != "ok":
+            table.add_row(row["method"], "-", *[""] * (len(columns) - 2))
+            continue
+        table.add_row(*(_fmt(row[key], digits) for key, _, digits in columns))
+    table.caption = "latencies in ms; speed-up = TPOT p50 of none / TPOT p50 of the method"
+    return table
+
+
+def _rate_list(values: list[float | None] | None) -> str:
+    return "/".join("-" if v is None else f"{v:.3g}" for v in values) if values else "-"
+
+
+def plan_table(rows: list[dict[str, Any]], title: str, winner: str | None) -> Table:
+    """The capacity plan as a terminal table: one row per method."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    labels = ("method", "max req/s", "first above", "interval", "per seed", "served", "stable",
+              "nodes", "$/M tok")  # fmt: skip
+    for label in labels:
+        table.add_column(
+            label,
+            justify="left" if label == "method" else "right",
+            no_wrap=True,
+            min_width=len(label),
+        )
+    for row in rows:
+        name = f"{row['method']} *" if row["method"] == winner else row["method"]
+        status = row["status"]
+        seeds = _rate_list(row.get("per_seed_max_rate_per_s"))
+        if not row.get("max_rate_per_s"):
+            text = {"unsupported": "not run", "no_stable_rate": "no stable rate"}.get(
+                status, status
+            )
+            table.add_row(name, text, "", "", seeds, "", "", "", "")
+            continue
+        served = row.get("served_rate_per_seed_req_s") or []
+        offered = row.get("offered_rate_per_seed_req_s") or []
+        shares = [s / o for s, o in zip(served, offered, strict=True) if o]
+        high = row.get("interval_high_per_s")
+        above, resolution = row.get("first_rate_above_per_s"), row.get("resolution")
+        table.add_row(
+            name,
+            _fmt(row["max_rate_per_s"], 2) + (" (unbounded)" if status == "unbounded" else ""),
+            f"{_fmt(above, 2)} (+{resolution:.0%})" if above and resolution is not None else "-",
+            f"[{_fmt(row.get('interval_low_per_s'), 2)}, {_fmt(high, 2) if high else 'inf'}]",
+            seeds,
+            f"{min(shares):.1%}" if shares else "-",
+            str(row.get("stability_at_max", "-")),
+            _fmt(row.get("nodes_needed"))
+            if row.get("nodes_needed") is not None
+            else "~" + _fmt(row.get("nodes_estimate"))
+            if row.get("nodes_estimate")
+            else "-",
+            _fmt(row.get("cost_per_million_output_tokens_usd"), 3),
+        )
+    table.caption = (
+        "* winner. max: highest probed rate that held in every seed; first above: lowest that "
+        "failed (+ the resolution; rates between were undecided at the longest runs); "
+        "interval: \\[max, higher of "
+        "the first failing rate and the best seed's]; per seed: each seed's highest rate; "
+        "served: lowest served / offered share among seeds at the max; nodes: verified by "
+        "fleet runs at the target rate, ~N = ceil(target / max) unverified"
+    )
+    return table
+
+
+def checks_table(rows: list[dict[str, Any]]) -> Table:
+    """Each method's checks at its max rate: per seed, the estimate and its 90% interval."""
+    table = Table(title="checks at the max rate (per seed: value [90% interval])",
+                  box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
+    table.add_column("method", no_wrap=True, min_width=6)
+    table.add_column("check", no_wrap=True, min_width=5)
+    table.add_column("per seed", overflow="fold")
+    for row in rows:
+        for key, values in row.items():
+            if not key.endswith("_at_max") or key.endswith("interval_at_max"):
+                continue
+            intervals = row.get(key.removesuffix("_at_max") + "_interval_at_max")
+            if not isinstance(values, list) or intervals is None:
+                continue
+            cells = [
+                f"{_num(v)} [{_num(lo)}, {_num(hi)}]"
+                for v, (lo, hi) in zip(values, intervals, strict=True)
+            ]
+            table.add_row(str(row["method"]), key.removesuffix("_at_max"), "  ".join(cells))
+    return table
+
+
+def plan_progress(plans: list[Any]) -> tuple[int, int, str]:
+    """Probes finished, an estimate of all the probes the search will take, and what each
+    method is probing.
+
+    A bracket ``[lo, hi]`` still needs about ``log2((hi - lo) / (tolerance * hi))`` bisections;
+    a method not yet bracketed is taken to need one more doubling (or halving) and then the
+    bisections of a factor-2 bracket. The estimate is exact once every method is bracketed.
+    """
+    done = total = 0
+    parts = []
+    for plan in plans:
+        search = plan.search
+        done += len(plan.probes)
+        total += len(plan.probes)
+        if plan.reason is not None or (plan.current is None and search.next_rate() is None):
+            parts.append(f"{plan.method} done")
+            continue
+        lo, hi, tol = search.holds_at, search.fails_at, search.tolerance
+        if lo is not None and hi is not None:
+            remaining = max(1, math.ceil(math.log2(max((hi - lo) / (tol * hi), 1.0))))
+        else:
+            remaining = 1 + math.ceil(math.log2(0.5 / tol))
+        total += remaining
+        rate = plan.current.rate_per_s if plan.current is not None else search.next_rate()
+        parts.append(f"{plan.method} at {rate:.3g} req/s")
+    return done, total, ", ".join(parts)
+
+
+def _num(value: float | None) -> str:
+    """A plain number, never in scientific notation (as the HTML report shows it)."""
+    from reports.render.document import format_cell
+
+    return format_cell(None if value is None else float(value))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``compare``, ``sweep`` and ``plan`` to ``app``."""
+    from specsim.console import console, err_console, user_errors
+
+    @app.command()
+    @user_errors
+    @with_bench_options
+    def compare(
+        scenario: ScenarioArg = None,
+        methods: Annotated[
+            str,
+            typer.Option(
+                "--methods",
+                metavar="METHOD[:KEY=VALUE,...],...",
+                help="Arms to compare, each with its own settings, e.g. "
+                "none,eagle3:k=3,draft_model:model=llama-3.2-1b,alpha=0.7 (keys: k, model, "
+                "tp, alpha, tau, profile, trace, or any speculation key path).",
+            ),
+        ] = "none",
+        out: Annotated[
+            Path | None, typer.Option("--out", metavar="FOLDER", help="Output folder.")
+        ] = None,
+        set_: SetOpt = None,
+        skip_unsupported: Annotated[
+            bool,
+            typer.Option(
+                "--skip-unsupported",
+                help="Leave out an arm that cannot run (default: stop with its reason).",
+            ),
+        ] = False,
+        force: ForceOpt = False,
+        yes: YesOpt = False,
+        *,
+        bench: BenchOptions,
+    ) -> None:
+        """Run every method on the same arrivals and lengths and compare them with none."""
+        from reports.comparison import (
+            COMPARISON_FILE,
+            FIGURE_FILE,
+            arm_folder,
+            compare_methods,
+            parse_arms,
+            save_comparison,
+            unrunnable_arms,
+        )
+        from reports.progress import interrupted_line, item_progress
+        from sim.errors import ScenarioError
+        from sim.output import check_output_folder, fresh_results_dir
+        from sim.scale import preflight
+        from sim.scenario import validate_document
+
+        document, base_dir, source = load_document(scenario, set_ or [], bench)
+        loaded = validate_document(document, source)
+        name = loaded.name
+        arms, added = parse_arms(methods)
+        # Every arm's records are held until the comparison is written.
+        preflight(loaded, yes=yes, warn=err_console.print, base_dir=base_dir,
+                  copies=len(arms))  # fmt: skip
+        if out is not None:
+            writes = (COMPARISON_FILE, FIGURE_FILE, *(arm_folder(arm.label) for arm in arms))
+            check_output_folder(out, force=force, writes=writes, inputs=_inputs(scenario))
+        if added:
+            err_console.print("none added as the baseline for speed-ups", highlight=False)
+        blocked = unrunnable_arms(document, base_dir, source, arms)
+        if blocked and not skip_unsupported:
+            lines = "\n".join(f"  {label}: {reason}" for label, reason in blocked.items())
+            raise ScenarioError(
+                f"compare: {len(blocked)} of {len(arms)} arms cannot run:\n{lines}\n"
+                "give an arm its own settings (e.g. draft_model:model=llama-3.2-1b,alpha=0.7) "
+                "or pass --skip-unsupported to compare the others"
+            )
+        out_dir = out if out is not None else fresh_results_dir(Path("results"), f"{name}-compare")
+        try:
+            with item_progress(len(arms), "compare", err_console) as progress:
+                runs = compare_methods(document, base_dir, source, arms, progress)
+        except KeyboardInterrupt:
+            err_console.print(
+                interrupted_line("nothing written (a comparison is saved whole)", "rerun it"),
+                highlight=False,
+            )
+            raise typer.Exit(code=130) from None
+        frame = save_comparison(runs, out_dir)
+        console.print(comparison_table(frame, f"{name}: methods on identical requests"))
+        for run in runs:
+            if run.reason is not None:
+                err_console.print(f"{run.method} not run: {run.reason}", highlight=False)
+            for note in run.adjustments:
+                err_console.print(f"{run.method}: {note}", highlight=False)
+        err_console.print(f"results written to {out_dir}", highlight=False)
+
+    @app.command()
+    @user_errors
+    @with_bench_options
+    def sweep(
+        out: Annotated[Path, typer.Option("--out", help="Output folder (rerun to resume).")],
+        scenario: ScenarioArg = None,
+        grid: Annotated[
+            list[str] | None,
+            typer.Option("--grid", help="KEY.PATH=V1,V2,... (repeat for a cartesian grid)."),
+        ] = None,
+        workers: Annotated[
+            int | None, typer.Option("--workers", min=1, help="Local processes (default: cores).")
+        ] = None,
+        scheduler: Annotated[
+            str | None, typer.Option("--scheduler", help="Dask scheduler address to run on.")
+        ] = None,
+        set_: SetOpt = None,
+        force: ForceOpt = False,
+        yes: YesOpt = False,
+        *,
+        bench: BenchOptions,
+    ) -> None:
+        """Run a grid of scenarios in parallel, resumably, into one tidy table."""
+        from reports.progress import interrupted_line, item_progress
+        from reports.sweep import (
+            check_sweep_folder,
+            expand_grid,
+            finished_summary,
+            parse_grid,
+            run_sweep,
+            write_manifest,
+        )
+
+        document, base_dir, source = load_document(scenario, set_ or [], bench)
+        axes = parse_grid(grid or [])
+        points = expand_grid(document, axes, source)
+        check_sweep_folder(out, points, force=force, inputs=_inputs(scenario))
+        _preflight_sweep(points, source, base_dir, workers or os.cpu_count() or 1, yes)
+        out.mkdir(parents=True, exist_ok=True)
+        write_manifest(out, source, axes, set_ or [], points)
+        reused = sum(finished_summary(out, p.point_id) is not None for p in points)
+        by_id = {p.point_id: p for p in points}
+
+        def describe(point_id: str) -> str:
+            values = ", ".join(f"{k}={v}" for k, v in by_id[point_id].values.items())
+            return f"point {point_id} ({values})" if values else f"point {point_id}"
+
+        with item_progress(len(points) - reused, "sweep", err_console) as progress:
+            progress.start(f"{len(points) - reused} points on {workers or os.cpu_count()} workers")
+            outcome = run_sweep(
+                points,
+                out,
+                base_dir,
+                workers=workers or os.cpu_count() or 1,
+                scheduler=scheduler,
+                on_point=lambda done: progress.done(
+                    describe(done.point_id) + (" failed" if done.result is None else "")
+                ),
+            )
+        err_console.print(
+            f"{len(points)} points: {outcome.num_run} run, {outcome.num_reused} already finished, "
+            f"{len(outcome.failed)} failed; table in {out / 'sweep.csv'}",
+            highlight=False,
+        )
+        if outcome.interrupted:
+            finished = outcome.num_run + outcome.num_reused - len(outcome.failed)
+            err_console.print(
+                interrupted_line(
+                    f"{finished} finished points and the table kept in {out}",
+                    "rerun the same command to run the rest",
+                ),
+                highlight=False,
+            )
+            raise typer.Exit(code=130)
+        for point_id, error in outcome.failed.items():
+            last = error.strip().splitlines()[-1]
+            err_console.print(f"point {point_id} failed: {last}", highlight=False)
+        if outcome.failed:
+            raise typer.Exit(code=1)
+
+    @app.command()
+    @user_errors
+    def plan(
+        out: Annotated[Path, typer.Option("--out", help="Output folder.")],
+        scenario: ScenarioArg = None,
+        slo: Annotated[
+            str | None,
+            typer.Option("--slo", help="e.g. 'ttft_p99_ms<=2000,tpot_p50_ms<=50'; default: slo:"),
+        ] = None,
+        methods: Annotated[
+            str | None,
+            typer.Option("--methods", help="Methods to plan (default: none and the scenario's)."),
+        ] = None,
+        target_qps: Annotated[
+            float | None, typer.Option("--target-qps", min=0.0, help="Rate to size nodes for.")
+        ] = None,
+        gpu_hour_usd: Annotated[
+            float | None, typer.Option("--gpu-hour-usd", min=0.0, help="Price of one GPU-hour.")
+        ] = None,
+        seeds: Annotated[
+            int, typer.Option("--seeds", min=1, help="Seeds per probed rate; all must hold.")
+        ] = 3,
+        requests: Annotated[
+            int | None,
+            typer.Option("--requests", min=300, help="Requests in a probe's first run (2000)."),
+        ] = None,
+        max_requests: Annotated[
+            int | None,
+            typer.Option(
+                "--max-requests",
+                min=300,
+                help="Longest run of an undecided probe (10x --requests).",
+            ),
+        ] = None,
+        goodput: Annotated[
+            str | None,
+            typer.Option(
+                "--goodput",
+                help="Per-request SLO in ms as vllm bench serve takes it, e.g. 'ttft:500 tpot:50'.",
+            ),
+        ] = None,
+        goodput_min: Annotated[
+            float | None,
+            typer.Option(
+                "--goodput-min", help="Share of requests that must meet --goodput (0.99)."
+            ),
+        ] = None,
+        tolerance: Annotated[
+            float, typer.Option("--tolerance", min=0.001, max=0.5, help="Relative bracket width.")
+        ] = 0.05,
+        workers: Annotated[
+            int | None, typer.Option("--workers", min=1, help="Local processes (default: cores).")
+        ] = None,
+        set_: SetOpt = None,
+        force: ForceOpt = False,
+    ) -> None:
+        """The highest request rate each method sustains under the SLO, nodes and cost."""
+        from reports.capacity import plan_capacity
+        from reports.plan_output import PLAN_CSV, PLAN_JSON, PROBES_CSV
+        from reports.progress import interrupted_line, item_progress
+        from sim.output import check_output_folder
+
+        document, base_dir, source = load_document(scenario, set_ or [])
+        check_output_folder(
+            out, force=force, writes=(PLAN_JSON, PLAN_CSV, PROBES_CSV), inputs=_inputs(scenario)
+        )
+        with item_progress(1, "plan: probes", err_console) as progress:
+            result = plan_capacity(
+                document,
+                base_dir,
+                source,
+                slo_text=slo,
+                methods_text=methods,
+                target_qps=target_qps,
+                gpu_hour_usd=gpu_hour_usd,
+                num_seeds=seeds,
+                num_requests=requests,
+                tolerance=tolerance,
+                workers=workers or os.cpu_count() or 1,
+                out_dir=out,
+                goodput_text=goodput,
+                goodput_min=goodput_min,
+                max_requests=max_requests,
+                on_update=lambda plans: progress.update(*plan_progress(plans), estimated=True),
+            )
+        title = f"{result['scenario']}: capacity under {', '.join(result['slo'])}"
+        console.print(plan_table(result["methods"], title, result["winner"]))
+        console.print(checks_table(result["methods"]))
+        if result.get("fleet"):
+            from reports.fleet_plan import FleetPlanResult, FleetProbe, format_plan
+
+            fleet = dict(result["fleet"])
+            fleet["probes"] = [FleetProbe(**p) for p in fleet["probes"]]
+            console.print(format_plan(FleetPlanResult(**fleet)), highlight=False)
+        if result["tied"]:
+            err_console.print(
+                f"tie: {', '.join(result['tied'])} (intervals overlap); {result['tie_break']}",
+                highlight=False,
+            )
+        for note in result["notes"]:
+            err_console.print(note, highlight=False)
+        if result["interrupted"]:
+            err_console.print(
+                interrupted_line(
+                    f"the plan so far (every finished probe) is in {out}",
+                    "rerun the command to search again",
+                ),
+                highlight=False,
+            )
+            raise typer.Exit(code=130)
+        err_console.print(f"plan written to {out}", highlight=False)
