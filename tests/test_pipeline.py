@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sim.catalogue import get_gpu, get_model
-from specsim.cli import app
 from sim.cost_model import StepCostModel, StepShape, total_of
 from sim.efficiency import load_efficiency
 from sim.errors import ScenarioError
@@ -25,6 +24,7 @@ from sim.pipeline import (
 )
 from sim.run import build_simulation
 from sim.scenario import validate_document
+from specsim.cli import app
 
 LLAMA = get_model("llama-3.1-70b")
 H100 = get_gpu("h100-sxm")
