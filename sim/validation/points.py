@@ -29,6 +29,8 @@ class ValidationPoint:
     ``gpu`` are catalogue names where the catalogue has them, else the source's own words.
     ``num_requests`` counts the requests the source measured; ``warmup_requests`` the requests
     its harness sent before them and left out of its statistics (``None``: none stated).
+    ``kv_cache`` is the KV-cache format the source's engine ran with where it differs from the
+    weights' default (empty: 16-bit).
     """
 
     point_id: str
@@ -39,6 +41,7 @@ class ValidationPoint:
     gpu: str
     num_gpus: int
     precision: str
+    kv_cache: str
     method: str
     num_speculative_tokens: int | None
     arrival: str
