@@ -3,8 +3,11 @@
 A batch-1 point alone cannot tell a fixed cost per step from one per layer or per sequence: they
 are one number at batch 1 on one model. Serving runs of a deeper model across tensor-parallel
 degrees and concurrencies separate them: the per-layer term does not shrink with TP, the
-per-sequence term grows with the batch. The fit simulates every row through :mod:`sim.run` (closed
-loop at the row's concurrency, its input and output lengths) and chooses the free terms by robust
+per-sequence term grows with the batch. The fit simulates every row through :mod:`sim.run` exactly
+as ``specsim validate`` runs its point of ``sim/data/validation_points.csv`` (the same scenario: a
+closed loop at the row's concurrency and lengths, the source harness's warm-up requests run first
+and left out, then its measured requests; ``warmup_requests`` and ``num_requests``), so a fitted
+row's in-sample error is the one the validation prints, and chooses the free terms by robust
 least squares on the log-ratio of simulated to measured mean TPOT (scipy ``least_squares``,
 soft-L1, scale 0.05). At every trial the per-step overhead is recalibrated so that the preset's
 batch-1 point stays exact (``calibration/engine_overhead.py``). The 95 % intervals come from a
@@ -35,9 +38,12 @@ from scipy.optimize import least_squares
 
 from calibration.engine_overhead import modeled_step_without_overhead_s
 from sim.engine.presets import get_preset
+from sim.errors import CalibrationError
 from sim.host_costs import load_host_profile
 from sim.run import run_scenario
 from sim.scenario import Scenario
+from sim.validation.points import ValidationPoint, load_points
+from sim.validation.scenarios import scenario_document
 
 SILICON = "under-load/aiconfigurator/silicon/silicon_sample.csv"
 SILICON_SOURCE = (
@@ -60,7 +66,8 @@ HEADER = """\
 
 @dataclass(frozen=True)
 class Row:
-    """One measured serving point: model, GPU, TP, closed-loop concurrency, lengths, mean TPOT."""
+    """One measured serving point: model, GPU, TP, closed-loop concurrency, lengths, mean TPOT,
+    and the validation point that runs it (its harness's warm-up and measured requests)."""
 
     model: str
     gpu: str
@@ -70,6 +77,7 @@ class Row:
     output_tokens: int
     tpot_ms: float
     source: str
+    point: ValidationPoint
 
 
 @dataclass(frozen=True)
@@ -138,12 +146,27 @@ FIT_SETS = {
 }
 
 
+def fit_points() -> dict[str, ValidationPoint]:
+    """The TPOT points of the host-cost fit in ``sim/data/validation_points.csv``, by the silicon
+    row id their source names."""
+    out = {}
+    for point in load_points():
+        if point.fitted_by == "host_cost_fit" and point.quantity == "tpot_ms":
+            out[point.source.rsplit("row id ", 1)[-1].strip()] = point
+    return out
+
+
 def silicon_rows(shared: Path, preset: str = "vllm-v1") -> list[Row]:
-    """The fit rows of ``preset`` from the silicon sample (see the module docstring)."""
+    """The fit rows of ``preset`` from the silicon sample (see the module docstring).
+
+    Raise CalibrationError naming the row if a fit row has no validation point marked
+    ``fitted_by: host_cost_fit`` (rebuild the points with tools/build_validation_points.py).
+    """
     selection = FIT_SETS[preset].silicon
     if selection is None:
         return []
     backend, version, outputs = selection
+    points = fit_points()
     rows: list[Row] = []
     with open(shared / "data" / SILICON, newline="", encoding="utf-8") as handle:
         for r in csv.DictReader(handle):
@@ -157,6 +180,11 @@ def silicon_rows(shared: Path, preset: str = "vllm-v1") -> list[Row]:
                 and r["isl"] == "1024"
                 and r["osl"] in outputs
             ):
+                if r["id"] not in points:
+                    raise CalibrationError(
+                        f"sim/data/validation_points.csv: no host_cost_fit TPOT point for silicon "
+                        f"row {r['id']}; rebuild it with tools/build_validation_points.py"
+                    )
                 rows.append(
                     Row(
                         "qwen3-32b",
@@ -167,6 +195,7 @@ def silicon_rows(shared: Path, preset: str = "vllm-v1") -> list[Row]:
                         int(r["osl"]),
                         float(r["silicon_tpot_ms"]),
                         f"{SILICON_SOURCE}, id {r['id']}",
+                        points[r["id"]],
                     )
                 )
     return sorted(rows, key=lambda x: (x.tp, x.output_tokens, x.concurrency))
@@ -188,23 +217,14 @@ def step_overhead_for(preset: str, values_s: dict[str, float]) -> float:
 
 
 def row_scenario(row: Row, preset: str, values_s: dict[str, float]) -> Scenario:
-    """A closed-loop run of ``row`` with the host values ``values_s`` set on the engine."""
-    engine: dict[str, Any] = {"preset": preset, **values_s}
+    """``row``'s validation scenario (warm-up and measured requests as its source's harness ran
+    them) on ``preset`` with the host values ``values_s`` set on the engine."""
+    document = scenario_document(row.point)
+    engine: dict[str, Any] = {**document["engine"], "preset": preset, **values_s}
     engine["step_overhead_s"] = max(step_overhead_for(preset, values_s), 0.0)
-    return Scenario.model_validate(
-        {
-            "name": f"host-fit-{row.model}-tp{row.tp}-c{row.concurrency}",
-            "hardware": {"gpu": row.gpu, "num_gpus": row.tp},
-            "model": row.model,
-            "engine": engine,
-            "workload": {
-                "num_requests": max(2 * row.concurrency, 8),
-                "arrival": {"process": "closed_loop", "concurrency": row.concurrency},
-                "prompt_tokens": {"distribution": "fixed", "value": row.input_tokens},
-                "output_tokens": {"distribution": "fixed", "value": row.output_tokens},
-            },
-        }
-    )
+    document["engine"] = engine
+    document["name"] = f"host-fit-{row.point.point_id}"
+    return Scenario.model_validate(document)
 
 
 def simulate_tpot_ms(rows: list[Row], preset: str, values_s: dict[str, float]) -> np.ndarray:
