@@ -11,7 +11,9 @@ row's in-sample error is the one the validation prints, and chooses the free ter
 least squares on the log-ratio of simulated to measured mean TPOT (scipy ``least_squares``,
 soft-L1, scale 0.05). At every trial the per-step overhead is recalibrated so that the preset's
 batch-1 point stays exact (``calibration/engine_overhead.py``). The 95 % intervals come from a
-bootstrap over rows (refitting each time).
+bootstrap over rows (refitting each time, ``--bootstrap N``); with ``--bootstrap 0`` from the
+fit's own curvature instead (Gauss-Newton: ``cov = s²·(JᵀJ)⁻¹`` at the solution, ``s²`` the
+residual variance; ±1.96 standard errors), which costs no further simulation.
 
 Fit rows for ``vllm-v1``: vLLM 0.12.0 on H100 SXM, Qwen3-32B bf16, TP 2/4/8, 1,024-token prompts,
 512- and 1,024-token outputs, concurrency 8-128; for ``sglang-0.5``: SGLang 0.5.1 on the same
@@ -53,7 +55,8 @@ SILICON_SOURCE = (
 PARAMETERS = ("per_layer_overhead_s", "per_sequence_overhead_s")
 #: Starting point and bounds, in milliseconds.
 X0_MS, LOWER_MS, UPPER_MS = (0.02, 0.02), (0.0, 0.0), (0.2, 0.5)
-NUM_BOOTSTRAP, BOOTSTRAP_SEED = 40, 20262
+#: Resamples of the row bootstrap (each a whole refit: minutes); 0 takes the curvature interval.
+NUM_BOOTSTRAP, BOOTSTRAP_SEED = 0, 20262
 HOST_FILE = Path(__file__).resolve().parents[1] / "sim" / "data" / "host_costs.yaml"
 HEADER = """\
 # Host-side step costs per engine preset (sim/host_costs.py): CPU work per step, layer, sequence
@@ -261,6 +264,11 @@ def anchor_excess(preset: str, values_s: dict[str, float]) -> float:
 def fit(rows: list[Row], preset: str, x0_ms: np.ndarray | None = None) -> np.ndarray:
     """The free parameters (ms) minimising the soft-L1 log-ratio residuals over ``rows`` and the
     batch-1 point (:func:`anchor_excess`, weighted :data:`ANCHOR_WEIGHT`)."""
+    return np.asarray(fit_result(rows, preset, x0_ms).x)
+
+
+def fit_result(rows: list[Row], preset: str, x0_ms: np.ndarray | None = None) -> Any:
+    """:func:`fit`'s whole ``scipy.optimize.least_squares`` result (its Jacobian included)."""
     spec = FIT_SETS[preset]
     index = [PARAMETERS.index(name) for name in spec.free]
     measured = np.array([r.tpot_ms for r in rows])
@@ -281,7 +289,22 @@ def fit(rows: list[Row], preset: str, x0_ms: np.ndarray | None = None) -> np.nda
         diff_step=0.05,
         max_nfev=40,
     )
-    return np.asarray(result.x)
+    return result
+
+
+def curvature_ci_ms(result: Any) -> tuple[np.ndarray, np.ndarray]:
+    """95 % intervals (ms) from the fit's curvature: ``x ± 1.96·sqrt(diag(s²·(JᵀJ)⁻¹))`` with
+    ``s² = 2·cost / (m − n)`` (``least_squares``'s Jacobian is the loss-weighted Gauss-Newton
+    one). Raise ValueError if there are no more residuals than parameters."""
+    jac = np.asarray(result.jac, dtype=np.float64)
+    m, n = jac.shape
+    if m <= n:
+        raise ValueError(f"{m} residuals cannot bound {n} parameters")
+    variance = 2.0 * float(result.cost) / (m - n)
+    covariance = variance * np.linalg.pinv(jac.T @ jac)
+    half = 1.96 * np.sqrt(np.maximum(np.diag(covariance), 0.0))
+    x = np.asarray(result.x, dtype=np.float64)
+    return x - half, x + half
 
 
 def all_values(preset: str, x_ms: np.ndarray) -> dict[str, float]:
@@ -300,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     spec = FIT_SETS[args.preset]
     rows = silicon_rows(args.shared, args.preset)
-    x = fit(rows, args.preset) if spec.free else np.zeros(0)
+    result = fit_result(rows, args.preset) if spec.free else None
+    x = np.asarray(result.x) if result is not None else np.zeros(0)
     values = all_values(args.preset, x)
     predicted = simulate_tpot_ms(rows, args.preset, values)
     print(f"host costs of {args.preset} ({spec.note}):")
@@ -317,9 +341,17 @@ def main(argv: list[str] | None = None) -> None:
         samples.append(fit([rows[i] for i in pick], args.preset, x))
     if samples:
         low, high = np.percentile(np.array(samples), [2.5, 97.5], axis=0)
+        interval = f"bootstrap over rows, {len(samples)} resamples"
+    elif result is not None:
+        low, high = curvature_ci_ms(result)
+        interval = "curvature of the fit (Gauss-Newton, +-1.96 standard errors)"
     else:
         low, high = x.copy(), x.copy()
-    low, high = np.minimum(low, x), np.maximum(high, x)
+        interval = "none (nothing fitted)"
+    low = np.maximum(
+        np.minimum(low, x), np.asarray(LOWER_MS)[[PARAMETERS.index(n) for n in spec.free]]
+    )
+    high = np.maximum(high, x)
     on_bound = []
     for i, name in enumerate(spec.free):
         j = PARAMETERS.index(name)
@@ -356,7 +388,8 @@ def main(argv: list[str] | None = None) -> None:
             else None,
             "sources": [SILICON_SOURCE] if spec.silicon else [],
             "method": "calibration/host_cost_fit.py: soft-L1 least squares on log TPOT ratios "
-            "of closed-loop simulations, the batch-1 point kept exact; bootstrap over rows",
+            "of the rows' validation runs (harness warm-up left out), the batch-1 point kept "
+            f"exact; 95% intervals: {interval}",
         }
         HOST_FILE.write_text(
             HEADER + yaml.safe_dump(document, sort_keys=False, width=100), encoding="utf-8"
