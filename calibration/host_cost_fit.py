@@ -3,12 +3,17 @@
 A batch-1 point alone cannot tell a fixed cost per step from one per layer or per sequence: they
 are one number at batch 1 on one model. Serving runs of a deeper model across tensor-parallel
 degrees and concurrencies separate them: the per-layer term does not shrink with TP, the
-per-sequence term grows with the batch. The fit simulates every row through :mod:`sim.run` (closed
-loop at the row's concurrency, its input and output lengths) and chooses the free terms by robust
+per-sequence term grows with the batch. The fit simulates every row through :mod:`sim.run` exactly
+as ``specsim validate`` runs its point of ``sim/data/validation_points.csv`` (the same scenario: a
+closed loop at the row's concurrency and lengths, the source harness's warm-up requests run first
+and left out, then its measured requests; ``warmup_requests`` and ``num_requests``), so a fitted
+row's in-sample error is the one the validation prints, and chooses the free terms by robust
 least squares on the log-ratio of simulated to measured mean TPOT (scipy ``least_squares``,
 soft-L1, scale 0.05). At every trial the per-step overhead is recalibrated so that the preset's
 batch-1 point stays exact (``calibration/engine_overhead.py``). The 95 % intervals come from a
-bootstrap over rows (refitting each time).
+bootstrap over rows (refitting each time, ``--bootstrap N``); with ``--bootstrap 0`` from the
+fit's own curvature instead (Gauss-Newton: ``cov = s²·(JᵀJ)⁻¹`` at the solution, ``s²`` the
+residual variance; ±1.96 standard errors), which costs no further simulation.
 
 Fit rows for ``vllm-v1``: vLLM 0.12.0 on H100 SXM, Qwen3-32B bf16, TP 2/4/8, 1,024-token prompts,
 512- and 1,024-token outputs, concurrency 8-128; for ``sglang-0.5``: SGLang 0.5.1 on the same
@@ -35,9 +40,12 @@ from scipy.optimize import least_squares
 
 from calibration.engine_overhead import modeled_step_without_overhead_s
 from sim.engine.presets import get_preset
+from sim.errors import CalibrationError
 from sim.host_costs import load_host_profile
 from sim.run import run_scenario
 from sim.scenario import Scenario
+from sim.validation.points import ValidationPoint, load_points
+from sim.validation.scenarios import scenario_document
 
 SILICON = "under-load/aiconfigurator/silicon/silicon_sample.csv"
 SILICON_SOURCE = (
@@ -47,7 +55,8 @@ SILICON_SOURCE = (
 PARAMETERS = ("per_layer_overhead_s", "per_sequence_overhead_s")
 #: Starting point and bounds, in milliseconds.
 X0_MS, LOWER_MS, UPPER_MS = (0.02, 0.02), (0.0, 0.0), (0.2, 0.5)
-NUM_BOOTSTRAP, BOOTSTRAP_SEED = 40, 20262
+#: Resamples of the row bootstrap (each a whole refit: minutes); 0 takes the curvature interval.
+NUM_BOOTSTRAP, BOOTSTRAP_SEED = 0, 20262
 HOST_FILE = Path(__file__).resolve().parents[1] / "sim" / "data" / "host_costs.yaml"
 HEADER = """\
 # Host-side step costs per engine preset (sim/host_costs.py): CPU work per step, layer, sequence
@@ -60,7 +69,8 @@ HEADER = """\
 
 @dataclass(frozen=True)
 class Row:
-    """One measured serving point: model, GPU, TP, closed-loop concurrency, lengths, mean TPOT."""
+    """One measured serving point: model, GPU, TP, closed-loop concurrency, lengths, mean TPOT,
+    and the validation point that runs it (its harness's warm-up and measured requests)."""
 
     model: str
     gpu: str
@@ -70,6 +80,7 @@ class Row:
     output_tokens: int
     tpot_ms: float
     source: str
+    point: ValidationPoint
 
 
 @dataclass(frozen=True)
@@ -138,12 +149,27 @@ FIT_SETS = {
 }
 
 
+def fit_points() -> dict[str, ValidationPoint]:
+    """The TPOT points of the host-cost fit in ``sim/data/validation_points.csv``, by the silicon
+    row id their source names."""
+    out = {}
+    for point in load_points():
+        if point.fitted_by == "host_cost_fit" and point.quantity == "tpot_ms":
+            out[point.source.rsplit("row id ", 1)[-1].strip()] = point
+    return out
+
+
 def silicon_rows(shared: Path, preset: str = "vllm-v1") -> list[Row]:
-    """The fit rows of ``preset`` from the silicon sample (see the module docstring)."""
+    """The fit rows of ``preset`` from the silicon sample (see the module docstring).
+
+    Raise CalibrationError naming the row if a fit row has no validation point marked
+    ``fitted_by: host_cost_fit`` (rebuild the points with tools/build_validation_points.py).
+    """
     selection = FIT_SETS[preset].silicon
     if selection is None:
         return []
     backend, version, outputs = selection
+    points = fit_points()
     rows: list[Row] = []
     with open(shared / "data" / SILICON, newline="", encoding="utf-8") as handle:
         for r in csv.DictReader(handle):
@@ -157,6 +183,11 @@ def silicon_rows(shared: Path, preset: str = "vllm-v1") -> list[Row]:
                 and r["isl"] == "1024"
                 and r["osl"] in outputs
             ):
+                if r["id"] not in points:
+                    raise CalibrationError(
+                        f"sim/data/validation_points.csv: no host_cost_fit TPOT point for silicon "
+                        f"row {r['id']}; rebuild it with tools/build_validation_points.py"
+                    )
                 rows.append(
                     Row(
                         "qwen3-32b",
@@ -167,6 +198,7 @@ def silicon_rows(shared: Path, preset: str = "vllm-v1") -> list[Row]:
                         int(r["osl"]),
                         float(r["silicon_tpot_ms"]),
                         f"{SILICON_SOURCE}, id {r['id']}",
+                        points[r["id"]],
                     )
                 )
     return sorted(rows, key=lambda x: (x.tp, x.output_tokens, x.concurrency))
@@ -188,23 +220,14 @@ def step_overhead_for(preset: str, values_s: dict[str, float]) -> float:
 
 
 def row_scenario(row: Row, preset: str, values_s: dict[str, float]) -> Scenario:
-    """A closed-loop run of ``row`` with the host values ``values_s`` set on the engine."""
-    engine: dict[str, Any] = {"preset": preset, **values_s}
+    """``row``'s validation scenario (warm-up and measured requests as its source's harness ran
+    them) on ``preset`` with the host values ``values_s`` set on the engine."""
+    document = scenario_document(row.point)
+    engine: dict[str, Any] = {**document["engine"], "preset": preset, **values_s}
     engine["step_overhead_s"] = max(step_overhead_for(preset, values_s), 0.0)
-    return Scenario.model_validate(
-        {
-            "name": f"host-fit-{row.model}-tp{row.tp}-c{row.concurrency}",
-            "hardware": {"gpu": row.gpu, "num_gpus": row.tp},
-            "model": row.model,
-            "engine": engine,
-            "workload": {
-                "num_requests": max(2 * row.concurrency, 8),
-                "arrival": {"process": "closed_loop", "concurrency": row.concurrency},
-                "prompt_tokens": {"distribution": "fixed", "value": row.input_tokens},
-                "output_tokens": {"distribution": "fixed", "value": row.output_tokens},
-            },
-        }
-    )
+    document["engine"] = engine
+    document["name"] = f"host-fit-{row.point.point_id}"
+    return Scenario.model_validate(document)
 
 
 def simulate_tpot_ms(rows: list[Row], preset: str, values_s: dict[str, float]) -> np.ndarray:
@@ -241,6 +264,11 @@ def anchor_excess(preset: str, values_s: dict[str, float]) -> float:
 def fit(rows: list[Row], preset: str, x0_ms: np.ndarray | None = None) -> np.ndarray:
     """The free parameters (ms) minimising the soft-L1 log-ratio residuals over ``rows`` and the
     batch-1 point (:func:`anchor_excess`, weighted :data:`ANCHOR_WEIGHT`)."""
+    return np.asarray(fit_result(rows, preset, x0_ms).x)
+
+
+def fit_result(rows: list[Row], preset: str, x0_ms: np.ndarray | None = None) -> Any:
+    """:func:`fit`'s whole ``scipy.optimize.least_squares`` result (its Jacobian included)."""
     spec = FIT_SETS[preset]
     index = [PARAMETERS.index(name) for name in spec.free]
     measured = np.array([r.tpot_ms for r in rows])
@@ -261,7 +289,22 @@ def fit(rows: list[Row], preset: str, x0_ms: np.ndarray | None = None) -> np.nda
         diff_step=0.05,
         max_nfev=40,
     )
-    return np.asarray(result.x)
+    return result
+
+
+def curvature_ci_ms(result: Any) -> tuple[np.ndarray, np.ndarray]:
+    """95 % intervals (ms) from the fit's curvature: ``x ± 1.96·sqrt(diag(s²·(JᵀJ)⁻¹))`` with
+    ``s² = 2·cost / (m − n)`` (``least_squares``'s Jacobian is the loss-weighted Gauss-Newton
+    one). Raise ValueError if there are no more residuals than parameters."""
+    jac = np.asarray(result.jac, dtype=np.float64)
+    m, n = jac.shape
+    if m <= n:
+        raise ValueError(f"{m} residuals cannot bound {n} parameters")
+    variance = 2.0 * float(result.cost) / (m - n)
+    covariance = variance * np.linalg.pinv(jac.T @ jac)
+    half = 1.96 * np.sqrt(np.maximum(np.diag(covariance), 0.0))
+    x = np.asarray(result.x, dtype=np.float64)
+    return x - half, x + half
 
 
 def all_values(preset: str, x_ms: np.ndarray) -> dict[str, float]:
@@ -280,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     spec = FIT_SETS[args.preset]
     rows = silicon_rows(args.shared, args.preset)
-    x = fit(rows, args.preset) if spec.free else np.zeros(0)
+    result = fit_result(rows, args.preset) if spec.free else None
+    x = np.asarray(result.x) if result is not None else np.zeros(0)
     values = all_values(args.preset, x)
     predicted = simulate_tpot_ms(rows, args.preset, values)
     print(f"host costs of {args.preset} ({spec.note}):")
@@ -297,9 +341,17 @@ def main(argv: list[str] | None = None) -> None:
         samples.append(fit([rows[i] for i in pick], args.preset, x))
     if samples:
         low, high = np.percentile(np.array(samples), [2.5, 97.5], axis=0)
+        interval = f"bootstrap over rows, {len(samples)} resamples"
+    elif result is not None:
+        low, high = curvature_ci_ms(result)
+        interval = "curvature of the fit (Gauss-Newton, +-1.96 standard errors)"
     else:
         low, high = x.copy(), x.copy()
-    low, high = np.minimum(low, x), np.maximum(high, x)
+        interval = "none (nothing fitted)"
+    low = np.maximum(
+        np.minimum(low, x), np.asarray(LOWER_MS)[[PARAMETERS.index(n) for n in spec.free]]
+    )
+    high = np.maximum(high, x)
     on_bound = []
     for i, name in enumerate(spec.free):
         j = PARAMETERS.index(name)
@@ -336,7 +388,8 @@ def main(argv: list[str] | None = None) -> None:
             else None,
             "sources": [SILICON_SOURCE] if spec.silicon else [],
             "method": "calibration/host_cost_fit.py: soft-L1 least squares on log TPOT ratios "
-            "of closed-loop simulations, the batch-1 point kept exact; bootstrap over rows",
+            "of the rows' validation runs (harness warm-up left out), the batch-1 point kept "
+            f"exact; 95% intervals: {interval}",
         }
         HOST_FILE.write_text(
             HEADER + yaml.safe_dump(document, sort_keys=False, width=100), encoding="utf-8"

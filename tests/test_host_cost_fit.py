@@ -17,6 +17,7 @@ from sim.engine.presets import get_preset
 from sim.host_costs import host_costs_document, load_host_profile
 from sim.run import run_scenario
 from sim.validate import bs1_scenario
+from sim.validation.scenarios import build_scenario
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -59,3 +60,21 @@ def test_fit_rows_reproduce_within_the_fits_own_error(preset: str) -> None:
         summary = run_scenario(row_scenario(row, preset, values), Path.cwd()).summary
         error = summary["tpot_ms"]["mean"] / row.tpot_ms - 1
         assert abs(error) < 0.15, f"{row}: {error:+.1%}"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs the shared under-load data")
+@pytest.mark.parametrize("preset", ["vllm-v1", "sglang-0.5"])
+def test_the_fit_runs_each_row_as_the_validation_does(preset: str) -> None:
+    """A fitted row's in-sample error is the one ``specsim validate`` prints only if the fit
+    simulates the same run: the harness's warm-up first and left out, then its measured
+    requests, at the row's concurrency and lengths; only the host values differ."""
+    rows = silicon_rows(SHARED, preset)
+    assert {r.point.fitted_by for r in rows} == {"host_cost_fit"}
+    for row in rows:
+        fit = row_scenario(row, preset, {"per_layer_overhead_s": 2e-5})
+        validate = build_scenario(row.point)
+        assert fit.workload == validate.workload
+        assert fit.measurement == validate.measurement
+        assert fit.measurement.warmup_requests == 2 * row.concurrency
+        assert fit.workload.num_requests == 22 * row.concurrency
+        assert fit.engine.per_layer_overhead_s == 2e-5

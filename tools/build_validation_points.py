@@ -36,6 +36,7 @@ COLUMNS = (
     "gpu",
     "num_gpus",
     "precision",
+    "kv_cache",
     "method",
     "num_speculative_tokens",
     "arrival",
@@ -166,6 +167,25 @@ AIC_HARNESS_NOTE = (
 )
 
 
+#: Checkpoints whose quantization config asks for an FP8 KV cache. The source's own tooling runs
+#: them so: aiconfigurator infers the KV-cache mode from the checkpoint's ``hf_quant_config.json``
+#: (``kv_cache_quant_algo``; aic-core/src/aiconfigurator_core/sdk/utils.py @ 095f58a51c) and its
+#: deployment generator passes it as ``--kv-cache-dtype`` (src/aiconfigurator/generator/
+#: module_bridge.py, config/backend_config_mapping.yaml). NVIDIA's ModelOpt FP8 Llama-3.1
+#: checkpoints state ``"kv_cache_quant_algo": "FP8"`` (the 70B one's file is copied in the
+#: source's model_configs/ as nvidia--Llama-3.1-70B-Instruct-FP8_hf_quant_config.json);
+#: the 8B one's file is not in the source and is taken to say the same (an inference). vLLM
+#: itself resolves ``--kv-cache-dtype auto`` from that field only since PR #30785 (2025-12-16,
+#: after 0.12.0). The other FP8 rows quantize meta-llama's bf16 checkpoint online: no KV directive.
+FP8_KV_CHECKPOINTS = {"nvidia/Llama-3.1-8B-Instruct-FP8"}
+FP8_KV_NOTE = (
+    "KV cache fp8: NVIDIA's ModelOpt FP8 checkpoint (kv_cache_quant_algo FP8 as its 70B sibling's "
+    "hf_quant_config.json states; the 8B file taken to match), which the source's generator "
+    "passes to vLLM as --kv-cache-dtype (aiconfigurator sdk/utils.py, generator/module_bridge.py "
+    "@ 095f58a51c)"
+)
+
+
 def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
     """TTFT and TPOT of vLLM 0.12.0 and SGLang 0.5.1 serving Qwen3-32B (bf16) on H100, Llama-3.1-70B
     FP8 on H100 and H200, Llama-3.1-8B FP8 on H200 (vLLM 0.12.0, out of sample: a second model
@@ -232,6 +252,7 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
             tensor_parallel=attention_tp or "",
             expert_parallel=ep or "",
             precision=precision,
+            kv_cache="fp8" if row["model_path"] in FP8_KV_CHECKPOINTS else "",
             method="none",
             arrival="closed_loop",
             concurrency=concurrency,
@@ -243,7 +264,8 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
             statistic="mean",
             unit="ms",
             source=AIC.format(id=row["id"]),
-            notes=f"{note}; {AIC_HARNESS_NOTE}",
+            notes=f"{note}; {AIC_HARNESS_NOTE}"
+            + (f"; {FP8_KV_NOTE}" if row["model_path"] in FP8_KV_CHECKPOINTS else ""),
         )
         short = model if model in AIC_MODELS.values() else row["model_path"].split("/")[-1].lower()
         stem = f"aic-{short}-{row['backend']}-{row['isl']}x{row['osl']}-c{concurrency}-tp{tp}"

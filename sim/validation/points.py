@@ -32,6 +32,8 @@ class ValidationPoint:
     ``tensor_parallel`` and ``expert_parallel`` give the split of a multi-GPU MoE deployment
     (attention TP, the rest data-parallel attention groups; expert-parallel ranks) where the
     source states one; ``None``: the plain TP node over ``num_gpus``.
+    ``kv_cache`` is the KV-cache format the source's engine ran with where it differs from the
+    weights' default (empty: 16-bit).
     """
 
     point_id: str
@@ -42,6 +44,7 @@ class ValidationPoint:
     gpu: str
     num_gpus: int
     precision: str
+    kv_cache: str
     method: str
     num_speculative_tokens: int | None
     arrival: str

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sim.catalogue import get_model, gpu_names, model_names
-from sim.precision import WEIGHT_FORMATS
+from sim.precision import KV_FORMAT_BYTES, WEIGHT_FORMATS
 from sim.scenario import METHODS, Scenario
 from sim.validation.points import ValidationPoint
 
@@ -97,6 +97,8 @@ def inexpressible_reason(point: ValidationPoint) -> str:
         reasons.append(
             f"{point.precision.upper()} weights: not a weight format the cost model prices"
         )
+    if point.kv_cache and point.kv_cache not in KV_FORMAT_BYTES:
+        reasons.append(f"KV cache {point.kv_cache!r}: not a KV-cache format the cost model prices")
     if point.method not in METHODS:
         reasons.append(f"speculation method {point.method!r} not modelled")
     if not point.arrival or point.num_requests is None:
@@ -120,6 +122,12 @@ def build_scenario(point: ValidationPoint, method: str | None = None) -> Scenari
     Raise ValueError if the point is not expressible (see :func:`inexpressible_reason`), and
     pydantic's ValidationError if the schema rejects the setup.
     """
+    return Scenario.model_validate(scenario_document(point, method))
+
+
+def scenario_document(point: ValidationPoint, method: str | None = None) -> dict[str, Any]:
+    """The scenario of ``point`` as the mapping :func:`build_scenario` validates (a fit edits
+    its engine values before validating it). Raise ValueError as :func:`build_scenario`."""
     reason = inexpressible_reason(point)
     if reason:
         raise ValueError(f"{point.point_id}: not expressible: {reason}")
@@ -151,21 +159,20 @@ def build_scenario(point: ValidationPoint, method: str | None = None) -> Scenari
         hardware["tensor_parallel"] = point.tensor_parallel
     if point.expert_parallel is not None:
         hardware["expert_parallel"] = point.expert_parallel
-    return Scenario.model_validate(
-        {
-            **extra,
-            "name": f"validate-{point.point_id}-{method}",
-            "seed": 0,
-            "hardware": hardware,
-            "model": point.model,
-            "precision": {
-                "weights": point.precision if point.precision in WEIGHT_FORMATS else "bf16"
-            },
-            "engine": engine,
-            "speculation": speculation,
-            "workload": workload,
-        }
-    )
+    return {
+        **extra,
+        "name": f"validate-{point.point_id}-{method}",
+        "seed": 0,
+        "hardware": hardware,
+        "model": point.model,
+        "precision": {
+            "weights": point.precision if point.precision in WEIGHT_FORMATS else "bf16",
+            "kv_cache": point.kv_cache or "bf16",
+        },
+        "engine": engine,
+        "speculation": speculation,
+        "workload": workload,
+    }
 
 
 def try_build(point: ValidationPoint, method: str | None = None) -> tuple[Scenario | None, str]:
