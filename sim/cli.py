@@ -154,13 +154,23 @@ def run(
         from sim.progress_lines import progress_lines
 
         reporter = progress_lines(loaded.workload.num_requests, "simulating", _stderr_line)
+    # The step records are written as the run goes, so the folder is made first.
+    made = out is None or not out.exists()
+    out_dir = out if out is not None else fresh_results_dir(Path("results"), loaded.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records: dict[str, Any] = {"step_records": "summary"} if no_steps else {"steps_to": out_dir}
     try:
         if bar is not None:
             with bar:
-                result = run_scenario(loaded, base_dir, reporter)
+                result = run_scenario(loaded, base_dir, reporter, **records)
         else:
-            result = run_scenario(loaded, base_dir, reporter)
-    except KeyboardInterrupt:
+            result = run_scenario(loaded, base_dir, reporter, **records)
+    except BaseException as exc:
+        # A failed run leaves no step file (it was written under a temporary name).
+        if made and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
         from reports.progress import interrupted_line
 
         err_console.print(
@@ -168,7 +178,6 @@ def run(
             highlight=False,
         )
         raise typer.Exit(code=130) from None
-    out_dir = out if out is not None else fresh_results_dir(Path("results"), loaded.name)
     save_result(result, out_dir, write_steps=not no_steps)
     if result_format is ResultFormat.vllm:
         typer.echo(json.dumps(vllm_bench_result(result), indent=2, default=str))
