@@ -275,9 +275,12 @@ class _Search:
         return mask
 
 
-def select_ranks(chunks: Chunks, ranks: list[int]) -> dict[int, float]:
+def select_ranks(
+    chunks: Chunks, ranks: list[int], collect_limit: int = COLLECT_LIMIT
+) -> dict[int, float]:
     """The values at 0-based ``ranks`` of the multiset where each chunk's ``values[i]`` occurs
-    ``weights[i]`` (> 0) times, in sorted order; each call of ``chunks()`` is a new pass.
+    ``weights[i]`` (> 0) times, in sorted order; each call of ``chunks()`` is a new pass. A
+    bucket of at most ``collect_limit`` samples is collected and sorted.
 
     Raise ValueError if a rank is not below the total weight.
     """
@@ -325,7 +328,7 @@ def select_ranks(chunks: Chunks, ranks: list[int]) -> dict[int, float]:
                 found[rank] = float(_from_key(narrowed.lo))
                 del searches[rank]
                 continue
-            narrowed.collect = int(count_hist[k][bucket]) <= COLLECT_LIMIT
+            narrowed.collect = int(count_hist[k][bucket]) <= collect_limit
             searches[rank] = narrowed
     return found
 
