@@ -148,7 +148,8 @@ def run(
     if out is not None:
         inputs = scenario_inputs(loaded, base_dir) + ((scenario,) if scenario else ())
         check_run_output(out, force=force, inputs=inputs)
-    preflight(loaded, yes=yes, keep_steps=not no_steps, warn=err_console.print)
+    streamed = not no_steps and loaded.fleet is None
+    preflight(loaded, yes=yes, keep_steps=not no_steps, streamed=streamed, warn=err_console.print)
     reporter, bar = progress_reporter(loaded.workload.num_requests, "simulating")
     if reporter is None and loaded.workload.num_requests >= PROGRESS_LINES_FROM:
         from sim.progress_lines import progress_lines

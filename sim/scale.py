@@ -1,7 +1,8 @@
 """Before a run: how many records it will keep and roughly how long it will take.
 
 A run keeps one row per request (:data:`sim.run.REQUEST_COLUMNS`, 8 bytes each) and one row per
-engine step (:data:`sim.engine.recorder.STEP_COLUMNS`) in memory until it ends. The number of
+engine step (:data:`sim.engine.recorder.STEP_COLUMNS`) in memory until it ends, unless it writes
+its step records as it goes (``specsim run``: then it holds one chunk of them). The number of
 steps is bounded two ways, and the estimate is the smaller:
 
 - by work: no step emits fewer than one token for the sequences it decodes, so a run takes at most
@@ -19,7 +20,7 @@ available now, it refuses unless ``--yes`` is given.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -148,15 +149,25 @@ def preflight(
     base_dir: Path | None = None,
     copies: int = 1,
     parallel: bool = False,
+    streamed: bool = False,
 ) -> RunEstimate:
     """Estimate a run before it starts: warn when it is large, refuse when it would not fit.
 
     ``copies`` runs of this size held at once (a comparison keeps every method's records; a sweep
     runs a point per worker) count ``copies`` times; their wall time too unless ``parallel``.
+    ``streamed``: the run writes its step records as it goes and holds one chunk of them;
+    otherwise ``keep_steps=False`` holds only the columns its summary reads.
     Raise ScenarioError if the records would need more than half the memory available now and
     ``yes`` is false.
     """
+    from sim.engine.recorder import CHUNK_ROWS, STEP_COLUMNS, SUMMARY_COLUMNS
+
     single = estimate_run(scenario, base_dir or Path.cwd())
+    if single.num_steps is not None and (streamed or not keep_steps):
+        rows = min(single.num_steps, CHUNK_ROWS) if streamed else single.num_steps
+        names = STEP_COLUMNS if streamed else SUMMARY_COLUMNS
+        row = sum(np.dtype(STEP_COLUMNS[name]).itemsize for name in names)
+        single = replace(single, step_bytes=rows * row)
     estimate = RunEstimate(
         single.num_requests * copies,
         None if single.num_steps is None else single.num_steps * copies,
@@ -173,6 +184,12 @@ def preflight(
         )
     slow = estimate.wall_s is not None and estimate.wall_s > WARN_SECONDS
     if estimate.record_bytes > WARN_BYTES or slow:
-        note = "" if keep_steps else " (steps are kept for the metrics, not written)"
+        note = (
+            " (step records written as the run goes)"
+            if streamed
+            else ""
+            if keep_steps
+            else " (the steps' summary columns are kept, not written)"
+        )
         warn(f"warning: {estimate.describe()}{held}{note}")
     return estimate
