@@ -268,8 +268,11 @@ class TraceReplayModel(AcceptanceModel):
         rng.bit_generator.state = state
         offsets = offsets_from_counts(num_steps)
         total = int(offsets[-1])
-        all_proposed = np.zeros(total, dtype=np.int16)
-        all_accepted = np.zeros(total, dtype=np.int16)
+        # A step proposes at most num_draft_tokens: one byte each when that fits (a million
+        # requests' plans are some 10^8 steps).
+        dtype = np.int8 if proposal.num_draft_tokens <= np.iinfo(np.int8).max else np.int16
+        all_proposed = np.zeros(total, dtype=dtype)
+        all_accepted = np.zeros(total, dtype=dtype)
 
         def write(step_index: int, owners: np.ndarray, proposed: np.ndarray,
                   accepted: np.ndarray) -> None:  # fmt: skip

@@ -114,7 +114,7 @@ class StepPlan:
         self, requests: IntArray, step_index: IntArray, num_steps: int
     ) -> tuple[IntArray, IntArray]:
         """:meth:`lookup` of ``num_steps`` consecutive verify steps of each request from its
-        ``step_index``-th, as (request × step) arrays. Read from the stored (int16) plan: a
+        ``step_index``-th, as (request × step) arrays. Read from the stored (int8/int16) plan: a
         widened copy of a million requests' plans would take 1.6 GB."""
         if len(self.proposed) == 0:
             zeros = np.zeros((len(requests), num_steps), dtype=np.int64)
