@@ -14,7 +14,8 @@ steps is bounded two ways, and the estimate is the smaller:
 For the default scenario at 1,000,000 requests this gives 52M steps (5.6 GB of step records), the
 size issue 15 measured (a 5.3 GB ``steps.csv`` and 7.6 GB peak). Above :data:`WARN_BYTES` or
 :data:`WARN_SECONDS` the command warns; when the records would not fit in half the memory
-available now, it refuses unless ``--yes`` is given.
+available now, or a run that streams its steps would take over :data:`REFUSE_SECONDS`, it
+refuses unless ``--yes`` is given.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from sim.scenario import Scenario
 #: Warn above a gigabyte of in-memory records, or ten minutes of expected wall time.
 WARN_BYTES = 1e9
 WARN_SECONDS = 600.0
+#: A run that writes its steps as it goes holds little, so its length is what is refused
+#: without ``--yes``: above an hour of expected wall time.
+REFUSE_SECONDS = 3600.0
 #: Wall time per engine step of a ``specsim run``, measured by benchmarks/bench_scale.py on the
 #: default scenario (2 cores, start-up and writing included, the per-request part below taken
 #: out: 9.4-9.7 us per step at 10,000 requests, 6.9-7.1 us at 100,000 and 1,000,000), rounded
@@ -157,8 +161,8 @@ def preflight(
     runs a point per worker) count ``copies`` times; their wall time too unless ``parallel``.
     ``streamed``: the run writes its step records as it goes and holds one chunk of them;
     otherwise ``keep_steps=False`` holds only the columns its summary reads.
-    Raise ScenarioError if the records would need more than half the memory available now and
-    ``yes`` is false.
+    Raise ScenarioError if ``yes`` is false and the records would need more than half the memory
+    available now, or a streamed run would take over :data:`REFUSE_SECONDS`.
     """
     from sim.engine.recorder import CHUNK_ROWS, STEP_COLUMNS, SUMMARY_COLUMNS
 
@@ -177,6 +181,10 @@ def preflight(
     )
     available = _available_bytes()
     held = f" ({copies} runs held at once)" if copies > 1 else ""
+    if streamed and estimate.wall_s is not None and estimate.wall_s > REFUSE_SECONDS and not yes:
+        raise ScenarioError(
+            f"{estimate.describe()}{held}. Lower workload.num_requests, or pass --yes to run anyway"
+        )
     if available is not None and estimate.record_bytes > available / 2 and not yes:
         raise ScenarioError(
             f"{estimate.describe()}{held}; only {available / 1e9:.1f} GB of memory is available. "
