@@ -88,8 +88,13 @@ class StepFile:
         if self.path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            with pq.ParquetFile(self.path) as reader:
-                for batch in reader.iter_batches(batch_size=self.chunk_rows, columns=list(names)):
+            # Without pre-buffering and threads, pyarrow holds one row group at a time; with them
+            # its memory pool kept some 350 MB while a 17M-step file was read.
+            with pq.ParquetFile(self.path, pre_buffer=False) as reader:
+                batches = reader.iter_batches(
+                    batch_size=self.chunk_rows, columns=list(names), use_threads=False
+                )
+                for batch in batches:
                     yield {name: batch.column(name).to_numpy() for name in names}
             return
         import pandas as pd
