@@ -10,6 +10,7 @@ chunks of :data:`REQUEST_CHUNK_ROWS` rows too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -141,6 +142,11 @@ class StepStreamWriter:
 
     def abort(self) -> None:
         """Drop the partial file."""
+        if self._parquet is not None:
+            # Closed here, not by its finaliser after the file it writes to is gone.
+            with contextlib.suppress(Exception):
+                self._parquet.close()
+            self._parquet = None
         self._handle.close()
         self._tmp.unlink(missing_ok=True)
 

@@ -36,6 +36,13 @@ COLLECT_LIMIT = 1 << 20
 _TOP_BIT = np.uint64(1 << 63)
 
 
+def _round_trip_option() -> dict[str, str]:
+    """``read_csv``'s exact float parsing: pandas 3's default, an option before it."""
+    import pandas as pd
+
+    return {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
+
+
 class StepSource(Protocol):
     """Step records readable as chunks of columns, in step order."""
 
@@ -65,8 +72,9 @@ class MemorySteps:
 class StepFile:
     """Step records written to ``path`` (``.parquet``, else CSV), read back chunk by chunk.
 
-    CSV floats are parsed with ``float_precision="round_trip"``: pandas writes the shortest
-    repr that round-trips, so the values read are the values written, bit for bit.
+    pandas writes a float's shortest repr that round-trips and parses it back exactly (pandas 3
+    by default, pandas 2 with ``float_precision="round_trip"``), so the values read from a CSV
+    file are the values written, bit for bit (a test reads both formats back).
     """
 
     def __init__(self, path: Path, chunk_rows: int = READ_CHUNK_ROWS) -> None:
@@ -102,12 +110,12 @@ class StepFile:
         from sim.engine.recorder import STEP_COLUMNS
 
         dtypes = {name: STEP_COLUMNS[name] for name in names if name in STEP_COLUMNS}
-        with pd.read_csv(
+        with pd.read_csv(  # type: ignore[call-overload]
             self.path,
             usecols=list(names),
             dtype=dtypes,
             chunksize=self.chunk_rows,
-            float_precision="round_trip",
+            **_round_trip_option(),
         ) as reader:
             for frame in reader:
                 yield {name: frame[name].to_numpy() for name in names}
