@@ -25,11 +25,14 @@ Definitions (``docs/metrics.md`` has the glossary):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from sim.step_stats import ItlSample, StepSource, as_source, step_totals
 
 FloatArray = NDArray[np.float64]
 PERCENTILES = (50, 90, 99)
@@ -71,6 +74,19 @@ def distribution_ms(values_s: FloatArray) -> dict[str, float | None]:
     return {
         "mean": float(ms.mean()),
         **{f"p{q}": float(v) for q, v in zip(PERCENTILES, pct, strict=True)},
+    }
+
+
+def itl_distribution_ms(sample: ItlSample) -> dict[str, float | None]:
+    """As :func:`weighted_distribution_ms` for the streamed ITL sample: the mean exactly
+    rounded, the percentiles by exact selection (:mod:`sim.step_stats`)."""
+    total = sample.total()
+    if total == 0:
+        return {"mean": None, **{f"p{q}": None for q in PERCENTILES}}
+    pct = sample.percentiles_ms(total, PERCENTILES)
+    return {
+        "mean": sample.sum_ms() / total,
+        **{f"p{q}": v for q, v in zip(PERCENTILES, pct, strict=True)},
     }
 
 
@@ -161,7 +177,7 @@ def goodput(
 
 def summarize(
     requests: dict[str, np.ndarray],
-    steps: dict[str, np.ndarray],
+    steps: Mapping[str, np.ndarray] | StepSource,
     irregular_itl_s: FloatArray,
     irregular_itl_at_s: FloatArray,
     warmup_requests: int,
@@ -195,24 +211,15 @@ def summarize(
     tpot = (e2e[multi] - ttft[multi]) / (out_tokens[multi] - 1)
     window_start, window_end, duration = window.start_at_s, window.end_at_s, window.duration_s
 
-    start = steps["start_at_s"]
-    in_window = (start >= window_start) & (start < window_end)
-    irregular = (irregular_itl_at_s >= window_start) & (irregular_itl_at_s <= window_end)
-    itl_values = np.concatenate([steps["duration_s"][in_window], irregular_itl_s[irregular]])
-    itl_weights = np.concatenate(
-        [
-            steps["num_regular_itl"][in_window].astype(np.int64),
-            np.ones(int(irregular.sum()), dtype=np.int64),
-        ]
-    )
+    source = as_source(steps)
+    totals = step_totals(source, window_start, window_end, served=window.steady)
+    itl = ItlSample(source, window_start, window_end, irregular_itl_s, irregular_itl_at_s)
     if window.steady:
         # What the node served inside the window, whoever the work belonged to.
         all_finish = requests["finished_at_s"]
         served = int(((all_finish >= window_start) & (all_finish < window_end)).sum())
-        end = start + steps["duration_s"]
-        ended = (end >= window_start) & (end < window_end)
-        served_out = float(steps["num_emitted_tokens"][ended].sum())
-        served_total = served_out + float(steps["num_prefill_tokens"][ended].sum())
+        served_out = float(totals.ended_emitted_tokens)
+        served_total = served_out + float(totals.ended_prefill_tokens)
     else:
         served = int(done.sum())
         served_out = float(out_tokens.sum())
@@ -221,31 +228,28 @@ def summarize(
     decode_steps = requests["num_decode_steps"][done].sum()
     drafted = requests["num_drafted"][done].sum()
     accepted = requests["num_accepted"][done].sum()
-    num_seqs = steps["num_seqs"][in_window]
-    tokens = steps["num_tokens"][in_window]
-    last_end = float(start[-1] + steps["duration_s"][-1]) if len(start) else 0.0
+    # Integer sums are exact, so sum / count is numpy's mean to the last bit.
+    window_steps = totals.num_window_steps
     summary: dict[str, Any] = {
         "num_requests": int(window.kept.sum()),
         "num_completed": int(done.sum()),
-        "sim_duration_s": last_end,
+        "sim_duration_s": totals.last_end_s,
         "measurement_window_s": [window_start, window_end],
-        "num_steps": len(start),
+        "num_steps": totals.num_steps,
         "output_throughput_tok_s": served_out / duration,
         "request_throughput_req_s": served / duration,
         "total_token_throughput_tok_s": served_total / duration,
         "ttft_ms": distribution_ms(ttft),
         "tpot_ms": distribution_ms(tpot),
-        "itl_ms": weighted_distribution_ms(itl_values, itl_weights),
+        "itl_ms": itl_distribution_ms(itl),
         "e2e_latency_ms": distribution_ms(e2e),
         "mean_acceptance_length": float(1.0 + accepted / decode_steps)
         if speculative and decode_steps > 0
         else 1.0,
         "draft_acceptance_rate": float(accepted / drafted) if speculative and drafted > 0 else None,
-        "mean_batch_size": float(num_seqs.mean()) if len(num_seqs) else 0.0,
-        "mean_tokens_per_step": float(tokens.mean()) if len(tokens) else 0.0,
-        "kv_cache_peak_usage": float(steps["kv_blocks_used"].max() / num_kv_blocks)
-        if len(start)
-        else 0.0,
+        "mean_batch_size": totals.window_num_seqs / window_steps if window_steps else 0.0,
+        "mean_tokens_per_step": totals.window_num_tokens / window_steps if window_steps else 0.0,
+        "kv_cache_peak_usage": totals.kv_blocks_peak / num_kv_blocks if totals.num_steps else 0.0,
         "num_preemptions": int(requests["num_preemptions"].sum()),
         # vLLM's vllm:prefix_cache_hits / vllm:prefix_cache_queries, counted once per request.
         "prefix_cache_hit_rate": float(

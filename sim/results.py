@@ -1,12 +1,16 @@
 """Saving and loading one run's folder: summary, records and the resolved scenario.
 
-Step records can be tens of millions of rows; :func:`stream_steps` streams them to disk in chunks
-of :data:`CHUNK_ROWS` rows (Parquet row groups when pyarrow is installed, CSV otherwise), so
-writing never builds a second copy of the table or its text in memory.
+Step records can be tens of millions of rows. A run given a folder writes them as it goes
+(:func:`sim.run.execute`'s ``steps_to``, through a :class:`StepStreamWriter`); a run that held
+them is written by :func:`stream_steps`, in chunks of :data:`CHUNK_ROWS` rows either way (Parquet
+row groups when pyarrow is installed, CSV otherwise), so writing never builds a second copy of
+the table or its text in memory, and both give the same bytes. ``requests.csv`` is written in
+chunks of :data:`REQUEST_CHUNK_ROWS` rows too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -17,7 +21,8 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from sim.output import check_output_folder, current_umask, write_json, write_table, write_yaml
+from sim.engine.recorder import CHUNK_ROWS
+from sim.output import atomic_write, check_output_folder, current_umask, write_json, write_yaml
 from sim.run import ScenarioResult
 from sim.scenario import Scenario
 from sim.vllm_bench import VLLM_BENCH_FILE, vllm_bench_result
@@ -29,8 +34,9 @@ STEPS_PARQUET_FILE = "steps.parquet"
 SCENARIO_FILE = "scenario.resolved.yaml"
 #: Every file a run folder may hold: what ``--out`` must not silently replace.
 RUN_FILES = (SUMMARY_FILE, REQUESTS_FILE, STEPS_FILE, STEPS_PARQUET_FILE, SCENARIO_FILE)
-#: Rows per chunk when streaming step records: 262,144 rows of 19 columns is ~28 MB.
-CHUNK_ROWS = 1 << 18
+#: Requests per chunk of ``requests.csv``: pandas formats a chunk as Python strings first
+#: (some 60 bytes a value, 17 columns: ~35 MB for 32,768 rows).
+REQUEST_CHUNK_ROWS = 1 << 15
 
 
 def scenario_inputs(scenario: Scenario, base_dir: Path) -> tuple[Path, ...]:
@@ -52,13 +58,27 @@ def check_run_output(out_dir: Path, *, force: bool, inputs: tuple[Path, ...] = (
     check_output_folder(out_dir, force=force, writes=RUN_FILES, inputs=inputs)
 
 
-def requests_frame(result: ScenarioResult) -> pd.DataFrame:
-    """One row per request with its derived latencies (seconds)."""
-    frame = pd.DataFrame(result.requests)
-    frame.insert(0, "request_id", range(len(frame)))
+def requests_frame(result: ScenarioResult, start: int = 0, stop: int | None = None) -> pd.DataFrame:
+    """One row per request (``start`` to ``stop``, default all) with its derived latencies
+    (seconds)."""
+    frame = pd.DataFrame({name: column[start:stop] for name, column in result.requests.items()})
+    frame.insert(0, "request_id", range(start, start + len(frame)))
     frame["ttft_s"] = frame["first_token_at_s"] - frame["arrival_at_s"]
     frame["e2e_latency_s"] = frame["finished_at_s"] - frame["arrival_at_s"]
     return frame
+
+
+def write_requests(path: Path, result: ScenarioResult, rows: int = REQUEST_CHUNK_ROWS) -> None:
+    """Write :func:`requests_frame` as CSV, ``rows`` requests at a time (the same bytes as the
+    whole frame's ``to_csv``), atomically."""
+    total = len(next(iter(result.requests.values()))) if result.requests else 0
+
+    def write(handle: IO[Any]) -> None:
+        for start in range(0, max(total, 1), rows):
+            frame = requests_frame(result, start, start + rows)
+            frame.to_csv(handle, index=False, header=start == 0)
+
+    atomic_write(path, write)
 
 
 def steps_file_name() -> str:
@@ -122,6 +142,11 @@ class StepStreamWriter:
 
     def abort(self) -> None:
         """Drop the partial file."""
+        if self._parquet is not None:
+            # Closed here, not by its finaliser after the file it writes to is gone.
+            with contextlib.suppress(Exception):
+                self._parquet.close()
+            self._parquet = None
         self._handle.close()
         self._tmp.unlink(missing_ok=True)
 
@@ -151,14 +176,15 @@ def save_result(
     write_steps: bool = True,
     vllm_bench: dict[str, Any] | None = None,
 ) -> None:
-    """Write the resolved scenario, ``requests.csv``, the step records (streamed; see
-    :func:`stream_steps`), ``vllm_bench.json`` (the run in ``vllm bench serve --save-result``'s
-    keys; computed from the records unless given, as it must be when the step records were
-    dropped) and ``summary.json`` last, so a folder with a summary is complete."""
+    """Write the resolved scenario, ``requests.csv``, the step records (unless the run wrote
+    them as it went; see :func:`stream_steps`), ``vllm_bench.json`` (the run in
+    ``vllm bench serve --save-result``'s keys; computed from the records unless given, as it
+    must be when the step records were dropped) and ``summary.json`` last, so a folder with a
+    summary is complete."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_yaml(out_dir / SCENARIO_FILE, result.resolved_scenario)
-    write_table(out_dir / REQUESTS_FILE, requests_frame(result))
-    if write_steps:
+    write_requests(out_dir / REQUESTS_FILE, result)
+    if write_steps and result.steps_file is None:
         stream_steps(out_dir, result.steps)
     bench = vllm_bench if vllm_bench is not None else vllm_bench_result(result)
     write_json(out_dir / VLLM_BENCH_FILE, bench)

@@ -39,7 +39,7 @@ from sim.engine.memory import MemoryPlan, plan_memory
 from sim.engine.node import ArrivalSchedule, ServingNode
 from sim.engine.prefix_cache import PrefixStructure
 from sim.engine.presets import SETTINGS, EnginePreset, get_preset
-from sim.engine.recorder import STEP_RECORDS, StepRecorder
+from sim.engine.recorder import CHUNK_ROWS, STEP_COLUMNS, STEP_RECORDS, StepRecorder
 from sim.engine.requests import RequestTable
 from sim.engine.scheduler import Scheduler, SchedulerConfig
 from sim.errors import CatalogueError, ScenarioError
@@ -57,6 +57,7 @@ from sim.pipeline import (
 from sim.precision import compute_dtype
 from sim.random_streams import RandomStreams
 from sim.scenario import Scenario
+from sim.step_stats import MemorySteps, StepFile, StepSource
 from sim.workload import Workload, build_workload
 from sim.workload.trace import TraceRequests
 
@@ -197,6 +198,12 @@ class ScenarioResult:
     irregular_itl: tuple[np.ndarray, np.ndarray] = field(
         default_factory=lambda: (np.zeros(0), np.zeros(0))
     )
+    #: Where the step records were written as the run went (then ``steps`` is empty).
+    steps_file: Path | None = None
+
+    def step_source(self) -> StepSource:
+        """The step records, from memory or from the file they were streamed to."""
+        return StepFile(self.steps_file) if self.steps_file is not None else MemorySteps(self.steps)
 
 
 def build_simulation(
@@ -487,22 +494,47 @@ def _check_lengths(
 
 
 def execute(
-    simulation: Simulation, progress: Callable[[int], None] | None = None
+    simulation: Simulation,
+    progress: Callable[[int], None] | None = None,
+    *,
+    steps_to: Path | None = None,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> ScenarioResult:
-    """Run a built simulation to completion and summarise it."""
+    """Run a built simulation to completion and summarise it.
+
+    ``steps_to``: a folder to write the step records into as the run goes (``steps.parquet``,
+    or ``steps.csv`` without pyarrow), ``chunk_rows`` steps at a time, instead of holding them;
+    the file appears under its name only when the run ends, and a failed or interrupted run
+    leaves none (:class:`sim.results.StepStreamWriter`). The summary is then read from the file,
+    and is the one the run held in memory would give. Raise ValueError if ``steps_to`` is given
+    for a simulation built to keep only the summary's step columns.
+    """
+    if steps_to is not None and len(simulation.core.recorder.column_names) != len(STEP_COLUMNS):
+        raise ValueError("steps_to: the simulation keeps only some step columns (step_records)")
     started = time.perf_counter()
     env = simpy.Environment()
     node = ServingNode(env, simulation.core, simulation.arrivals, progress)
-    env.run(until=node.process)
-    wall = time.perf_counter() - started
     core = simulation.core
+    steps_file = None
+    if steps_to is None:
+        env.run(until=node.process)
+    else:
+        from sim.results import StepStreamWriter, steps_file_name
+
+        with StepStreamWriter(steps_to / steps_file_name()) as writer:
+            core.recorder.stream_to(writer, chunk_rows)
+            env.run(until=node.process)
+            core.recorder.flush()
+        steps_file = writer.path
+    wall = time.perf_counter() - started
     requests = {name: getattr(core.requests, name) for name in REQUEST_COLUMNS}
     egress_s = simulation.engine.frontend.egress_s
     if egress_s > 0:
         # The client sees every streamed chunk egress_s after the engine emits it.
         for name in ("first_token_at_s", "finished_at_s"):
             requests[name] = requests[name] + egress_s
-    steps = core.recorder.columns()
+    steps = {} if steps_file is not None else core.recorder.columns()
+    source = StepFile(steps_file) if steps_file is not None else MemorySteps(steps)
     irregular, irregular_at = core.recorder.irregular_itl()
     scenario = simulation.scenario
     summary = {
@@ -511,7 +543,7 @@ def execute(
         "seed": scenario.seed,
         **summarize(
             requests,
-            steps,
+            source,
             irregular,
             irregular_at,
             scenario.measurement.warmup_requests,
@@ -537,16 +569,24 @@ def execute(
             "activation_bytes_per_gpu": memory.activation_bytes,
         },
     }
-    return ScenarioResult(summary, requests, steps, resolved, memory, (irregular, irregular_at))
+    return ScenarioResult(
+        summary, requests, steps, resolved, memory, (irregular, irregular_at), steps_file
+    )
 
 
 def run_scenario(
-    scenario: Scenario, base_dir: Path, progress: Callable[[int], None] | None = None, **build: Any
+    scenario: Scenario,
+    base_dir: Path,
+    progress: Callable[[int], None] | None = None,
+    *,
+    steps_to: Path | None = None,
+    **build: Any,
 ) -> ScenarioResult:
     """Build and run ``scenario`` (a fleet when it has a ``fleet`` section: see
-    :func:`sim.fleet.runner.run_fleet`); see :func:`build_simulation` for the errors."""
+    :func:`sim.fleet.runner.run_fleet`); see :func:`build_simulation` for the errors and
+    :func:`execute` for ``steps_to`` (a fleet holds its replicas' steps and ignores it)."""
     if scenario.fleet is not None:
         from sim.fleet.runner import run_fleet
 
         return run_fleet(scenario, base_dir, progress, **build)
-    return execute(build_simulation(scenario, base_dir, **build), progress)
+    return execute(build_simulation(scenario, base_dir, **build), progress, steps_to=steps_to)

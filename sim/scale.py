@@ -1,7 +1,8 @@
 """Before a run: how many records it will keep and roughly how long it will take.
 
 A run keeps one row per request (:data:`sim.run.REQUEST_COLUMNS`, 8 bytes each) and one row per
-engine step (:data:`sim.engine.recorder.STEP_COLUMNS`) in memory until it ends. The number of
+engine step (:data:`sim.engine.recorder.STEP_COLUMNS`) in memory until it ends, unless it writes
+its step records as it goes (``specsim run``: then it holds one chunk of them). The number of
 steps is bounded two ways, and the estimate is the smaller:
 
 - by work: no step emits fewer than one token for the sequences it decodes, so a run takes at most
@@ -13,13 +14,14 @@ steps is bounded two ways, and the estimate is the smaller:
 For the default scenario at 1,000,000 requests this gives 52M steps (5.6 GB of step records), the
 size issue 15 measured (a 5.3 GB ``steps.csv`` and 7.6 GB peak). Above :data:`WARN_BYTES` or
 :data:`WARN_SECONDS` the command warns; when the records would not fit in half the memory
-available now, it refuses unless ``--yes`` is given.
+available now, or a run that streams its steps would take over :data:`REFUSE_SECONDS`, it
+refuses unless ``--yes`` is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,9 @@ from sim.scenario import Scenario
 #: Warn above a gigabyte of in-memory records, or ten minutes of expected wall time.
 WARN_BYTES = 1e9
 WARN_SECONDS = 600.0
+#: A run that writes its steps as it goes holds little, so its length is what is refused
+#: without ``--yes``: above an hour of expected wall time.
+REFUSE_SECONDS = 3600.0
 #: Wall time per engine step of a ``specsim run``, measured by benchmarks/bench_scale.py on the
 #: default scenario (2 cores, start-up and writing included, the per-request part below taken
 #: out: 9.4-9.7 us per step at 10,000 requests, 6.9-7.1 us at 100,000 and 1,000,000), rounded
@@ -148,15 +153,25 @@ def preflight(
     base_dir: Path | None = None,
     copies: int = 1,
     parallel: bool = False,
+    streamed: bool = False,
 ) -> RunEstimate:
     """Estimate a run before it starts: warn when it is large, refuse when it would not fit.
 
     ``copies`` runs of this size held at once (a comparison keeps every method's records; a sweep
     runs a point per worker) count ``copies`` times; their wall time too unless ``parallel``.
-    Raise ScenarioError if the records would need more than half the memory available now and
-    ``yes`` is false.
+    ``streamed``: the run writes its step records as it goes and holds one chunk of them;
+    otherwise ``keep_steps=False`` holds only the columns its summary reads.
+    Raise ScenarioError if ``yes`` is false and the records would need more than half the memory
+    available now, or a streamed run would take over :data:`REFUSE_SECONDS`.
     """
+    from sim.engine.recorder import CHUNK_ROWS, STEP_COLUMNS, SUMMARY_COLUMNS
+
     single = estimate_run(scenario, base_dir or Path.cwd())
+    if single.num_steps is not None and (streamed or not keep_steps):
+        rows = min(single.num_steps, CHUNK_ROWS) if streamed else single.num_steps
+        names = STEP_COLUMNS if streamed else SUMMARY_COLUMNS
+        row = sum(np.dtype(STEP_COLUMNS[name]).itemsize for name in names)
+        single = replace(single, step_bytes=rows * row)
     estimate = RunEstimate(
         single.num_requests * copies,
         None if single.num_steps is None else single.num_steps * copies,
@@ -166,6 +181,10 @@ def preflight(
     )
     available = _available_bytes()
     held = f" ({copies} runs held at once)" if copies > 1 else ""
+    if streamed and estimate.wall_s is not None and estimate.wall_s > REFUSE_SECONDS and not yes:
+        raise ScenarioError(
+            f"{estimate.describe()}{held}. Lower workload.num_requests, or pass --yes to run anyway"
+        )
     if available is not None and estimate.record_bytes > available / 2 and not yes:
         raise ScenarioError(
             f"{estimate.describe()}{held}; only {available / 1e9:.1f} GB of memory is available. "
@@ -173,6 +192,12 @@ def preflight(
         )
     slow = estimate.wall_s is not None and estimate.wall_s > WARN_SECONDS
     if estimate.record_bytes > WARN_BYTES or slow:
-        note = "" if keep_steps else " (steps are kept for the metrics, not written)"
+        note = (
+            " (step records written as the run goes)"
+            if streamed
+            else ""
+            if keep_steps
+            else " (the steps' summary columns are kept, not written)"
+        )
         warn(f"warning: {estimate.describe()}{held}{note}")
     return estimate

@@ -40,6 +40,7 @@ from sim.metrics import measurement_window, weighted_percentiles
 from sim.model_names import hf_model_id
 from sim.run import ScenarioResult
 from sim.scenario import MeasurementConfig
+from sim.step_stats import ItlSample, max_tokens_per_second
 
 VLLM_BENCH_FILE = "vllm_bench.json"
 #: What ``vllm bench serve`` calls each latency, and the benchmark's default selection.
@@ -85,6 +86,22 @@ def _block(name: str, values_ms: np.ndarray, weights: np.ndarray | None, pcts: l
     return out
 
 
+def _itl_block(sample: ItlSample, pcts: list[float]) -> dict:
+    """:func:`_block` of the ITL, streamed: the mean and variance exactly rounded, the
+    percentiles by exact selection."""
+    total = sample.total()
+    if total == 0:
+        out = {"mean_itl_ms": 0.0, "median_itl_ms": 0.0, "std_itl_ms": 0.0}
+        out.update({f"p{percentile_word(p)}_itl_ms": 0.0 for p in pcts})
+        return out
+    mean = sample.sum_ms() / total
+    variance = sample.sum_ms(shift_ms=mean, power=2) / total
+    median, *rest = sample.percentiles_ms(total, (50.0, *pcts))
+    out = {"mean_itl_ms": mean, "median_itl_ms": median, "std_itl_ms": variance**0.5}
+    out.update({f"p{percentile_word(p)}_itl_ms": v for p, v in zip(pcts, rest, strict=True)})
+    return out
+
+
 def _arrival_keys(workload: dict[str, Any], arrival_at_s: np.ndarray) -> dict[str, Any]:
     """``request_rate``, ``burstiness`` and ``max_concurrency`` of the workload's arrivals."""
     arrival = workload.get("arrival") or {}
@@ -118,7 +135,7 @@ def vllm_bench_result(result: ScenarioResult, label: str | None = None) -> dict[
     """The run as the flat keys of a ``vllm bench serve --save-result`` file (module docstring)."""
     resolved = result.resolved_scenario
     measurement = MeasurementConfig.model_validate(resolved.get("measurement") or {})
-    requests, steps, summary = result.requests, result.steps, result.summary
+    requests, summary = result.requests, result.summary
     window = measurement_window(
         requests["arrival_at_s"],
         requests["finished_at_s"],
@@ -133,19 +150,9 @@ def vllm_bench_result(result: ScenarioResult, label: str | None = None) -> dict[
     multi = out_tokens > 1
     tpot_s = (e2e_s[multi] - ttft_s[multi]) / (out_tokens[multi] - 1)
     start, end = window.start_at_s, window.end_at_s
-    step_start = steps["start_at_s"]
-    in_window = (step_start >= start) & (step_start < end)
+    steps = result.step_source()
     irregular, irregular_at = result.irregular_itl
-    late = (irregular_at >= start) & (irregular_at <= end)
-    itl_s = np.concatenate([steps["duration_s"][in_window], irregular[late]])
-    itl_weights = np.concatenate(
-        [steps["num_regular_itl"][in_window].astype(np.int64), np.ones(int(late.sum()), np.int64)]
-    )
-    # Emitted tokens land at each step's end; the benchmark buckets token times by whole seconds.
-    step_end = step_start + steps["duration_s"]
-    ended = (step_end >= start) & (step_end <= end)
-    buckets = np.floor(step_end[ended] - start).astype(np.int64)
-    per_second = np.bincount(buckets, weights=steps["num_emitted_tokens"][ended])
+    itl = ItlSample(steps, start, end, irregular, irregular_at)
     model = resolved.get("model")
     model_id = hf_model_id(model) if isinstance(model, str) else str((model or {}).get("name"))
     goodput = summary.get("request_goodput_req_s") if measurement.goodput else None
@@ -167,20 +174,18 @@ def vllm_bench_result(result: ScenarioResult, label: str | None = None) -> dict[
         "request_goodput": goodput,
         "output_throughput": summary["output_throughput_tok_s"],
         "total_token_throughput": summary["total_token_throughput_tok_s"],
-        "max_output_tokens_per_s": float(per_second.max()) if len(per_second) else 0.0,
+        # Emitted tokens land at each step's end; the benchmark buckets token times by second.
+        "max_output_tokens_per_s": max_tokens_per_second(steps, start, end),
         "max_concurrent_requests": _peak_in_flight(arrival, requests["finished_at_s"][done]),
         "rtfx": 0.0,
     }
-    samples = {
-        "ttft": (ttft_s, None),
-        "tpot": (tpot_s, None),
-        "itl": (itl_s, itl_weights),
-        "e2el": (e2e_s, None),
-    }
+    samples = {"ttft": ttft_s, "tpot": tpot_s, "e2el": e2e_s}
     pcts = list(measurement.metric_percentiles)
     for name in measurement.percentile_metrics:
-        values_s, weights = samples[name]
-        document.update(_block(name, np.asarray(values_s) * 1e3, weights, pcts))
+        if name == "itl":
+            document.update(_itl_block(itl, pcts))
+        else:
+            document.update(_block(name, np.asarray(samples[name]) * 1e3, None, pcts))
     if summary.get("method", "none") != "none":
         num_drafts = int(requests["num_decode_steps"][done].sum())
         drafted = int(requests["num_drafted"][done].sum())

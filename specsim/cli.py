@@ -128,19 +128,30 @@ def run(
     if out is not None:
         inputs = scenario_inputs(loaded, base_dir) + ((scenario,) if scenario else ())
         check_run_output(out, force=force, inputs=inputs)
-    preflight(loaded, yes=yes, keep_steps=not no_steps, warn=err_console.print)
+    streamed = not no_steps and loaded.fleet is None
+    preflight(loaded, yes=yes, keep_steps=not no_steps, streamed=streamed, warn=err_console.print)
     reporter, bar = progress_reporter(loaded.workload.num_requests, "simulating")
     if reporter is None and loaded.workload.num_requests >= PROGRESS_LINES_FROM:
         from specsim.progress_lines import progress_lines
 
         reporter = progress_lines(loaded.workload.num_requests, "simulating", _stderr_line)
+    # The step records are written as the run goes, so the folder is made first.
+    made = out is None or not out.exists()
+    out_dir = out if out is not None else fresh_results_dir(Path("results"), loaded.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records: dict[str, Any] = {"step_records": "summary"} if no_steps else {"steps_to": out_dir}
     try:
         if bar is not None:
             with bar:
-                result = run_scenario(loaded, base_dir, reporter)
+                result = run_scenario(loaded, base_dir, reporter, **records)
         else:
-            result = run_scenario(loaded, base_dir, reporter)
-    except KeyboardInterrupt:
+            result = run_scenario(loaded, base_dir, reporter, **records)
+    except BaseException as exc:
+        # A failed run leaves no step file (it was written under a temporary name).
+        if made and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
         from reports.progress import interrupted_line
 
         err_console.print(
@@ -148,7 +159,6 @@ def run(
             highlight=False,
         )
         raise typer.Exit(code=130) from None
-    out_dir = out if out is not None else fresh_results_dir(Path("results"), loaded.name)
     save_result(result, out_dir, write_steps=not no_steps)
     if result_format is ResultFormat.vllm:
         typer.echo(json.dumps(vllm_bench_result(result), indent=2, default=str))

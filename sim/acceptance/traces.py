@@ -30,6 +30,7 @@ windows logged in vLLM issue #19254: 0.543 and 0.615).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,34 @@ class TraceReplayModel(AcceptanceModel):
             going[saved[done[saved] < depth]] = True
         return done
 
+    def _walk(
+        self, needed: np.ndarray, base: np.ndarray, length: np.ndarray, proposal: Proposal,
+        rescue: np.ndarray, rng: np.random.Generator, visit: Callable[..., None],
+    ) -> None:  # fmt: skip
+        """Walk every request's trace in lockstep, calling ``visit(step_index, owners,
+        proposed, accepted)`` for each step index with the requests that take it."""
+        position = np.zeros(needed.size, dtype=np.int64)
+        emitted_total = np.zeros(needed.size, dtype=np.int64)
+        active = np.flatnonzero(needed > 0)
+        step_index = 0
+        while active.size:
+            here = position[active]
+            if proposal.is_tree:
+                accepted = self._tree_accepted(here, length[active], base[active], proposal,
+                                               rescue, rng)  # fmt: skip
+            else:
+                acc = self.traces.acc_len[base[active] + here].astype(np.int64)
+                accepted = np.minimum(acc - 1, proposal.depth)
+            proposed = np.full(active.size, proposal.num_draft_tokens, dtype=np.int16)
+            if self.miss_probability > 0.0:
+                miss = (accepted == 0) & (rng.random(active.size) < self.miss_probability)
+                proposed[miss] = 0
+            visit(step_index, active, proposed, accepted.astype(np.int16))
+            step_index += 1
+            emitted_total[active] += accepted + 1
+            position[active] = (here + accepted + 1) % length[active]
+            active = active[emitted_total[active] < needed[active]]
+
     def plan(
         self,
         num_decode_tokens: np.ndarray,
@@ -226,36 +255,31 @@ class TraceReplayModel(AcceptanceModel):
         if proposal.is_tree and proposal.tree_widths is not None:
             rates = self.sibling_rates[: proposal.depth]
             rescue = rescue_probabilities(rates, proposal.tree_widths, self.sibling_decay)
-        position = np.zeros(needed.size, dtype=np.int64)
-        emitted_total = np.zeros(needed.size, dtype=np.int64)
-        active = np.flatnonzero(needed > 0)
-        steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        while active.size:
-            here = position[active]
-            if proposal.is_tree:
-                accepted = self._tree_accepted(here, length[active], base[active], proposal,
-                                               rescue, rng)  # fmt: skip
-            else:
-                acc = self.traces.acc_len[base[active] + here].astype(np.int64)
-                accepted = np.minimum(acc - 1, proposal.depth)
-            proposed = np.full(active.size, proposal.num_draft_tokens, dtype=np.int16)
-            if self.miss_probability > 0.0:
-                miss = (accepted == 0) & (rng.random(active.size) < self.miss_probability)
-                proposed[miss] = 0
-            steps.append((active, proposed, accepted.astype(np.int16)))
-            emitted_total[active] += accepted + 1
-            position[active] = (here + accepted + 1) % length[active]
-            active = active[emitted_total[active] < needed[active]]
+        # Two identical walks (the generator's state put back in between): the first counts
+        # each request's steps, the second writes them in place. Holding every step's arrays
+        # until the offsets are known would take three times the plan's memory.
+        state = rng.bit_generator.state
         num_steps = np.zeros(needed.size, dtype=np.int64)
-        for owners, _, _ in steps:
+
+        def count(step_index: int, owners: np.ndarray, *_: np.ndarray) -> None:
             num_steps[owners] += 1
+
+        self._walk(needed, base, length, proposal, rescue, rng, count)
+        rng.bit_generator.state = state
         offsets = offsets_from_counts(num_steps)
         total = int(offsets[-1])
-        all_proposed = np.zeros(total, dtype=np.int16)
-        all_accepted = np.zeros(total, dtype=np.int16)
-        for step_index, (owners, proposed, accepted) in enumerate(steps):
+        # A step proposes at most num_draft_tokens: one byte each when that fits (a million
+        # requests' plans are some 10^8 steps).
+        dtype = np.int8 if proposal.num_draft_tokens <= np.iinfo(np.int8).max else np.int16
+        all_proposed = np.zeros(total, dtype=dtype)
+        all_accepted = np.zeros(total, dtype=dtype)
+
+        def write(step_index: int, owners: np.ndarray, proposed: np.ndarray,
+                  accepted: np.ndarray) -> None:  # fmt: skip
             all_proposed[offsets[owners] + step_index] = proposed
             all_accepted[offsets[owners] + step_index] = accepted
+
+        self._walk(needed, base, length, proposal, rescue, rng, write)
         return AcceptancePlan(offsets, all_proposed, all_accepted)
 
     def token_weighted_tau(self, num_speculative_tokens: int) -> float:

@@ -107,28 +107,28 @@ class StepPlan:
     def lookup(self, requests: IntArray, step_index: IntArray) -> tuple[IntArray, IntArray]:
         """Proposed and accepted draft tokens of each request's ``step_index``-th verify step
         (int64; zero past the request's plan)."""
-        if len(self.proposed) == 0:
-            zeros = np.zeros(len(requests), dtype=np.int64)
-            return zeros, zeros.copy()
-        proposed, accepted = self._padded()
-        position = self.offsets[requests] + step_index
-        inside = position < self.offsets[requests + 1]
-        position = np.minimum(position, len(self.proposed))  # past the end: the zero pad
-        return proposed[position] * inside, accepted[position] * inside
+        proposed, accepted = self.window(requests, step_index, 1)
+        return proposed[:, 0], accepted[:, 0]
 
     def window(
         self, requests: IntArray, step_index: IntArray, num_steps: int
     ) -> tuple[IntArray, IntArray]:
         """:meth:`lookup` of ``num_steps`` consecutive verify steps of each request from its
-        ``step_index``-th, as (request × step) arrays."""
-        proposed, accepted = self._padded()
+        ``step_index``-th, as (request × step) arrays. Read from the stored (int8/int16) plan: a
+        widened copy of a million requests' plans would take 1.6 GB."""
+        if len(self.proposed) == 0:
+            zeros = np.zeros((len(requests), num_steps), dtype=np.int64)
+            return zeros, zeros.copy()
         grid = (self.offsets[requests] + step_index)[:, None] + np.arange(num_steps)
         inside = grid < self.offsets[requests + 1][:, None]
-        grid = np.minimum(grid, len(self.proposed))
-        return proposed[grid] * inside, accepted[grid] * inside
+        grid = np.minimum(grid, len(self.proposed) - 1)  # past a plan's end: masked below
+        proposed = np.where(inside, self.proposed[grid], 0).astype(np.int64)
+        accepted = np.where(inside, self.accepted[grid], 0).astype(np.int64)
+        return proposed, accepted
 
     def _padded(self) -> tuple[IntArray, IntArray]:
-        """The plan as int64, with zeros appended so that any window past the end is readable."""
+        """The plan as int64, with zeros appended so that any window past the end is readable
+        (for the compiled pass; made on its first use)."""
         cached = self.__dict__.get("_padded_cache")
         if cached is None:
             pad = np.zeros(PLAN_PADDING, dtype=np.int64)

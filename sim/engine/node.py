@@ -91,8 +91,9 @@ class ArrivalSchedule:
         self._next = 0  # open loop: index of the next arrival not yet released
         self._heap: list[tuple[float, int]] = []
         self._issued = 0
-        # Requests a closed-loop client starts (session first turns, or every request).
-        self._starts: list[int] = list(range(num_requests))
+        # Requests a closed-loop client starts (session first turns, or every request); an open
+        # loop reads its schedule from the array and needs no list of a million ids.
+        self._starts: list[int] = [] if self._open else list(range(num_requests))
         if self._turns:
             is_first = np.ones(num_requests, dtype=bool)
             is_first[self._next_turn[self._next_turn >= 0]] = False
