@@ -211,7 +211,7 @@ def test_a_killed_run_leaves_no_partial_file(tmp_path: Path) -> None:
     """kill -9 mid-run: the chunks written so far sit under a hidden temporary name only."""
     out = tmp_path / "run"
     command = [
-        sys.executable, "-m", "sim", "run", str(EAGLE3), "--out", str(out),
+        sys.executable, "-m", "specsim", "run", str(EAGLE3), "--out", str(out),
         "--set", "workload.num_requests=200000", "--yes",
     ]  # fmt: skip
     child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -220,6 +220,9 @@ def test_a_killed_run_leaves_no_partial_file(tmp_path: Path) -> None:
         partial: list[Path] = []
         while time.monotonic() < deadline and not partial:
             time.sleep(0.25)
+            if child.poll() is not None:
+                stderr = child.stderr.read().decode() if child.stderr else ""
+                raise AssertionError(f"the run ended before it was killed: {stderr}")
             partial = (
                 [p for p in out.glob(".steps.*") if p.stat().st_size > 0] if out.exists() else []
             )
