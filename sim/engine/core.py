@@ -347,7 +347,6 @@ class EngineCore:
         ids = block.ids
         step0 = self.num_steps
         end = starts[1]
-        prior = r.num_emitted[ids]
         last_step = np.minimum(block.finish_step, length - 1)
         if block.emitted is None:
             # No speculation: one token a step until the last.
@@ -356,7 +355,6 @@ class EngineCore:
             drafted_per_step: IntArray | int = 0
             accepted_per_step: IntArray | int = 0
             spec_k: IntArray | int = 0
-            emits_first = np.ones(len(ids), dtype=bool)
         else:
             assert block.proposed is not None and block.accepted is not None
             emitted = block.emitted[:, :length]
@@ -368,10 +366,12 @@ class EngineCore:
             self.plan.observe(ids, proposed, accepted)
             r.num_drafted[ids] += proposed.sum(axis=1)
             r.num_accepted[ids] += accepted.sum(axis=1)
-            emits_first = emitted[:, 0] > 0
         if block.is_general:
             # One step: the scheduler admitted, chunked and preempted already.
             assert block.advanced is not None and block.is_decode is not None
+            assert block.emitted is not None
+            prior = r.num_emitted[ids]
+            emits_first = block.emitted[:, 0] > 0
             new_computed = block.computed0 + block.advanced[:, 0]
             r.num_decode_steps[ids] += block.is_decode[:, 0]
             emitting = ids[emits_first]
@@ -430,16 +430,18 @@ class EngineCore:
         # finished before the last step leave first, in time order: they need no settling (the
         # planner stops at the first that would name blocks for the prefix cache), and the last
         # step proved room for the others alone.
-        early = block.finish_step < length - 1
-        if early.any():
-            self.finish_at(ids[early], starts[block.finish_step[early] + 1])
+        finish_step = block.finish_step
+        first_finish = int(finish_step.min())
+        if first_finish < length - 1:
+            early = finish_step < length - 1
+            self.finish_at(ids[early], starts[finish_step[early] + 1])
             stay = ~early
             kv.settle(ids[stay], new_computed[stay])
-            ids, finish_step = ids[stay], block.finish_step[stay]
+            ids, finish_step = ids[stay], finish_step[stay]
         else:
             kv.settle(ids, new_computed)
-            finish_step = block.finish_step
-        self.finish(ids[finish_step == length - 1], self.clock_s)
+        if first_finish <= length - 1:
+            self.finish(ids[finish_step == length - 1], self.clock_s)
         self._check()
 
     def resume_prefilled(self, ids: IntArray, first_token_at_s: FloatArray) -> None:
@@ -466,10 +468,21 @@ class EngineCore:
         """Retire the requests ``ids``, each at its own ``ends`` time (within one stretch)."""
         self.requests.finished_at_s[ids] = ends
         self.scheduler.finish(ids)
-        if self.on_finish is not None:
-            # In time order, so closed-loop clients and progress see completions as they happen.
-            for end in np.unique(ends).tolist():
-                self.on_finish(ids[ends == end], end)
+        if self.on_finish is None:
+            return
+        # In time order, so closed-loop clients and progress see completions as they happen:
+        # one call per distinct time, its requests in their order in ``ids``.
+        if len(ids) == 1:
+            self.on_finish(ids, float(ends[0]))
+            return
+        order = np.argsort(ends, kind="stable")
+        ends_sorted = ends[order].tolist()
+        ids = ids[order]
+        first = 0
+        for i in range(1, len(ends_sorted) + 1):
+            if i == len(ends_sorted) or ends_sorted[i] != ends_sorted[first]:
+                self.on_finish(ids[first:i], ends_sorted[first])
+                first = i
 
     def _check(self) -> None:
         if self.check:
