@@ -105,6 +105,9 @@ class EngineCore:
         self.speculative = len(plan.proposed) > 0 or drafter.name != "none"
         #: Closed-loop clients send a request when one finishes: a stretch must stop there.
         self.arrivals_follow_finishes = False
+        #: The scheduler's running array as a stretch left it: every sequence in it decodes and
+        #: emitted in the last step (the scheduler replaces the array whenever the set changes).
+        self._decoding: IntArray | None = None
 
     # --- costing --------------------------------------------------------------------------------
     def _durations(
@@ -253,8 +256,13 @@ class EngineCore:
         if not self.fast_forward_enabled or not s.waiting or not self.plan.stretch_admissions:
             return None
         running = s.running
-        if len(running) and not (
-            s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()
+        if (
+            len(running)
+            and running is not self._decoding
+            and not (
+                s.decode_mask(running).all()
+                and (r.last_emit_step[running] == self.num_steps - 1).all()
+            )
         ):
             return None
         count = s.whole_admissions()
@@ -442,6 +450,8 @@ class EngineCore:
             kv.settle(ids, new_computed)
         if first_finish <= length - 1:
             self.finish(ids[finish_step == length - 1], self.clock_s)
+        # After a stretch every sequence still running decodes and emitted in its last step.
+        self._decoding = None if block.is_general or length == 0 else self.scheduler.running
         self._check()
 
     def resume_prefilled(self, ids: IntArray, first_token_at_s: FloatArray) -> None:
@@ -487,6 +497,16 @@ class EngineCore:
     def _check(self) -> None:
         if self.check:
             self.scheduler.check_invariants()
+            decoding = self._decoding
+            if (
+                decoding is not None
+                and len(decoding)
+                and not (
+                    self.scheduler.decode_mask(decoding).all()
+                    and (self.requests.last_emit_step[decoding] == self.num_steps - 1).all()
+                )
+            ):
+                raise InvariantError("a sequence a stretch left running is not decoding")
 
     def can_fast_forward(self) -> bool:
         """Whether the next steps are pure decodes whose shapes are known in advance (a waiting
@@ -497,6 +517,8 @@ class EngineCore:
             return False
         if s.waiting and len(running) < s.config.max_num_seqs and s.predictable_head() is None:
             return False
+        if running is self._decoding:
+            return True
         r = self.requests
         return bool(
             s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()
