@@ -158,7 +158,10 @@ class EngineCore:
 
     def _starts(self, durations: FloatArray) -> FloatArray:
         """Start of each step and the end of the last: a sequential sum from the clock."""
-        return np.add.accumulate(np.concatenate(([self.clock_s], durations)))
+        starts = np.empty(len(durations) + 1, dtype=np.float64)
+        starts[0] = self.clock_s
+        starts[1:] = durations
+        return np.add.accumulate(starts, out=starts)
 
     # --- deciding the next block ----------------------------------------------------------------
     def plan_next(
@@ -290,10 +293,12 @@ class EngineCore:
         length = block.length
         if at_s == np.inf:
             return length
-        late = (starts[:length] >= at_s) & (
-            block.num_seqs[:length] < self.scheduler.config.max_num_seqs
-        )
-        return int(np.argmax(late)) if late.any() else length
+        # Starts only grow: the steps from the first that starts at or after at_s are late.
+        first = int(np.searchsorted(starts[:length], at_s, side="left"))
+        if first == length:
+            return length
+        room = block.num_seqs[first:length] < self.scheduler.config.max_num_seqs
+        return first + int(np.argmax(room)) if room.any() else length
 
     # --- a general step -------------------------------------------------------------------------
     def step(
@@ -439,7 +444,7 @@ class EngineCore:
         # planner stops at the first that would name blocks for the prefix cache), and the last
         # step proved room for the others alone.
         finish_step = block.finish_step
-        first_finish = int(finish_step.min())
+        first_finish = min(finish_step.tolist())
         if first_finish < length - 1:
             early = finish_step < length - 1
             self.finish_at(ids[early], starts[finish_step[early] + 1])
