@@ -62,20 +62,22 @@ def plan_stretch(
     """
     r, kv, plan = s.requests, s.kv, s.plan
     ids = s.running
+    if admit is not None:
+        ids = np.concatenate((ids, admit))
     computed0 = r.num_computed_tokens[ids]
+    # Admitted requests have emitted nothing (whole_admissions admits only those).
     remaining = r.output_tokens[ids] - r.num_emitted[ids]
     if admit is not None:
         # An admitted request counts as having computed all but one token of its prompt and
         # emitting its first token in step 0 (its remaining prefill is corrected below).
         prompts = r.prompt_tokens[admit]
-        ids = np.concatenate((ids, admit))
-        computed0 = np.concatenate((computed0, prompts - 1))
-        remaining = np.concatenate((remaining, r.output_tokens[admit]))
+        computed0[len(ids) - len(admit) :] = prompts - 1
     # Every step emits at least one token per sequence: all have finished within max(remaining)
     # steps, the first within min(remaining); costing more steps would be wasted work.
     if plan.batch_dependent:
         through_finishes = False  # a finish changes the batch and so the policy's choice
-    horizon = int(remaining.max()) if through_finishes else int(remaining.min())
+    left = remaining.tolist()  # Python reductions: faster on a stretch's few dozen rows
+    horizon = max(left) if through_finishes else min(left)
     m = min(FAST_FORWARD_CHUNK, horizon, plan.holds_for())
     if next_arrival_at_s < np.inf and last_step_s > 0:
         # Steps vary along a stretch: plan three times the gap / last step, plus sixteen.
