@@ -184,7 +184,7 @@ def _drafts(
         proposed_all = accepted = np.zeros((len(ids), m + 1), dtype=np.int64)
     elif num_old == len(ids):
         proposed_all, accepted = plan.window(ids, r.num_decode_steps[ids], m + 1)
-    else:
+    elif not plan.adaptive:
         # Admitted requests draft from step 1: their plans start one column later, one window
         # for all rows read from step -1 for them (column 0, before their plan, is set to 0).
         step_index = r.num_decode_steps[ids]
@@ -192,6 +192,14 @@ def _drafts(
         proposed_all, accepted = plan.window(ids, step_index, m + 1)
         proposed_all[num_old:, 0] = 0
         accepted[num_old:, 0] = 0
+    else:
+        # A policy plays its plan forward from each row's position: a window per group.
+        old, admit = ids[:num_old], ids[num_old:]
+        old_proposed, old_accepted = plan.window(old, r.num_decode_steps[old], m + 1)
+        new_proposed, new_accepted = plan.window(admit, np.zeros(len(admit), np.int64), m)
+        pad = np.zeros((len(admit), 1), dtype=np.int64)
+        proposed_all = np.vstack((old_proposed, np.hstack((pad, new_proposed))))
+        accepted = np.vstack((old_accepted, np.hstack((pad, new_accepted))))
     accepted = accepted[:, :m]
     raw = accepted + 1
     cum = np.cumsum(raw, axis=1)
