@@ -105,6 +105,9 @@ class EngineCore:
         self.speculative = len(plan.proposed) > 0 or drafter.name != "none"
         #: Closed-loop clients send a request when one finishes: a stretch must stop there.
         self.arrivals_follow_finishes = False
+        #: The scheduler's running array as a stretch left it: every sequence in it decodes and
+        #: emitted in the last step (the scheduler replaces the array whenever the set changes).
+        self._decoding: IntArray | None = None
 
     # --- costing --------------------------------------------------------------------------------
     def _durations(
@@ -155,7 +158,10 @@ class EngineCore:
 
     def _starts(self, durations: FloatArray) -> FloatArray:
         """Start of each step and the end of the last: a sequential sum from the clock."""
-        return np.add.accumulate(np.concatenate(([self.clock_s], durations)))
+        starts = np.empty(len(durations) + 1, dtype=np.float64)
+        starts[0] = self.clock_s
+        starts[1:] = durations
+        return np.add.accumulate(starts, out=starts)
 
     # --- deciding the next block ----------------------------------------------------------------
     def plan_next(
@@ -253,8 +259,13 @@ class EngineCore:
         if not self.fast_forward_enabled or not s.waiting or not self.plan.stretch_admissions:
             return None
         running = s.running
-        if len(running) and not (
-            s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()
+        if (
+            len(running)
+            and running is not self._decoding
+            and not (
+                s.decode_mask(running).all()
+                and (r.last_emit_step[running] == self.num_steps - 1).all()
+            )
         ):
             return None
         count = s.whole_admissions()
@@ -282,10 +293,12 @@ class EngineCore:
         length = block.length
         if at_s == np.inf:
             return length
-        late = (starts[:length] >= at_s) & (
-            block.num_seqs[:length] < self.scheduler.config.max_num_seqs
-        )
-        return int(np.argmax(late)) if late.any() else length
+        # Starts only grow: the steps from the first that starts at or after at_s are late.
+        first = int(np.searchsorted(starts[:length], at_s, side="left"))
+        if first == length:
+            return length
+        room = block.num_seqs[first:length] < self.scheduler.config.max_num_seqs
+        return first + int(np.argmax(room)) if room.any() else length
 
     # --- a general step -------------------------------------------------------------------------
     def step(
@@ -347,7 +360,6 @@ class EngineCore:
         ids = block.ids
         step0 = self.num_steps
         end = starts[1]
-        prior = r.num_emitted[ids]
         last_step = np.minimum(block.finish_step, length - 1)
         if block.emitted is None:
             # No speculation: one token a step until the last.
@@ -356,7 +368,6 @@ class EngineCore:
             drafted_per_step: IntArray | int = 0
             accepted_per_step: IntArray | int = 0
             spec_k: IntArray | int = 0
-            emits_first = np.ones(len(ids), dtype=bool)
         else:
             assert block.proposed is not None and block.accepted is not None
             emitted = block.emitted[:, :length]
@@ -368,10 +379,12 @@ class EngineCore:
             self.plan.observe(ids, proposed, accepted)
             r.num_drafted[ids] += proposed.sum(axis=1)
             r.num_accepted[ids] += accepted.sum(axis=1)
-            emits_first = emitted[:, 0] > 0
         if block.is_general:
             # One step: the scheduler admitted, chunked and preempted already.
             assert block.advanced is not None and block.is_decode is not None
+            assert block.emitted is not None
+            prior = r.num_emitted[ids]
+            emits_first = block.emitted[:, 0] > 0
             new_computed = block.computed0 + block.advanced[:, 0]
             r.num_decode_steps[ids] += block.is_decode[:, 0]
             emitting = ids[emits_first]
@@ -430,16 +443,20 @@ class EngineCore:
         # finished before the last step leave first, in time order: they need no settling (the
         # planner stops at the first that would name blocks for the prefix cache), and the last
         # step proved room for the others alone.
-        early = block.finish_step < length - 1
-        if early.any():
-            self.finish_at(ids[early], starts[block.finish_step[early] + 1])
+        finish_step = block.finish_step
+        first_finish = min(finish_step.tolist())
+        if first_finish < length - 1:
+            early = finish_step < length - 1
+            self.finish_at(ids[early], starts[finish_step[early] + 1])
             stay = ~early
             kv.settle(ids[stay], new_computed[stay])
-            ids, finish_step = ids[stay], block.finish_step[stay]
+            ids, finish_step = ids[stay], finish_step[stay]
         else:
             kv.settle(ids, new_computed)
-            finish_step = block.finish_step
-        self.finish(ids[finish_step == length - 1], self.clock_s)
+        if first_finish <= length - 1:
+            self.finish(ids[finish_step == length - 1], self.clock_s)
+        # After a stretch every sequence still running decodes and emitted in its last step.
+        self._decoding = None if block.is_general or length == 0 else self.scheduler.running
         self._check()
 
     def resume_prefilled(self, ids: IntArray, first_token_at_s: FloatArray) -> None:
@@ -466,14 +483,35 @@ class EngineCore:
         """Retire the requests ``ids``, each at its own ``ends`` time (within one stretch)."""
         self.requests.finished_at_s[ids] = ends
         self.scheduler.finish(ids)
-        if self.on_finish is not None:
-            # In time order, so closed-loop clients and progress see completions as they happen.
-            for end in np.unique(ends).tolist():
-                self.on_finish(ids[ends == end], end)
+        if self.on_finish is None:
+            return
+        # In time order, so closed-loop clients and progress see completions as they happen:
+        # one call per distinct time, its requests in their order in ``ids``.
+        if len(ids) == 1:
+            self.on_finish(ids, float(ends[0]))
+            return
+        order = np.argsort(ends, kind="stable")
+        ends_sorted = ends[order].tolist()
+        ids = ids[order]
+        first = 0
+        for i in range(1, len(ends_sorted) + 1):
+            if i == len(ends_sorted) or ends_sorted[i] != ends_sorted[first]:
+                self.on_finish(ids[first:i], ends_sorted[first])
+                first = i
 
     def _check(self) -> None:
         if self.check:
             self.scheduler.check_invariants()
+            decoding = self._decoding
+            if (
+                decoding is not None
+                and len(decoding)
+                and not (
+                    self.scheduler.decode_mask(decoding).all()
+                    and (self.requests.last_emit_step[decoding] == self.num_steps - 1).all()
+                )
+            ):
+                raise InvariantError("a sequence a stretch left running is not decoding")
 
     def can_fast_forward(self) -> bool:
         """Whether the next steps are pure decodes whose shapes are known in advance (a waiting
@@ -484,6 +522,8 @@ class EngineCore:
             return False
         if s.waiting and len(running) < s.config.max_num_seqs and s.predictable_head() is None:
             return False
+        if running is self._decoding:
+            return True
         r = self.requests
         return bool(
             s.decode_mask(running).all() and (r.last_emit_step[running] == self.num_steps - 1).all()

@@ -209,7 +209,21 @@ class BlockManager:
 
         Raise InvariantError if the pool cannot cover the growth.
         """
-        change = blocks_for(num_tokens, self.block_size) - self.held[requests]
+        change = -(-num_tokens // self.block_size) - self.held[requests]
+        if not self.cache.free_queue:
+            # No cached block to evict: freeing the excess and taking the growth is one net
+            # change, and the growth fits exactly when the net change does.
+            net = int(change.sum())
+            if net > self.num_free:
+                need = int(change[change > 0].sum())
+                excess = need - net
+                raise InvariantError(
+                    f"settling needs {need} blocks with {self.num_free + excess} free"
+                )
+            self.logical_tokens[requests] = num_tokens
+            self.num_free -= net
+            self.held[requests] += change
+            return
         excess = int(-change[change < 0].sum())
         need = int(change[change > 0].sum())
         if need > self.num_free + excess:

@@ -62,20 +62,22 @@ def plan_stretch(
     """
     r, kv, plan = s.requests, s.kv, s.plan
     ids = s.running
+    if admit is not None:
+        ids = np.concatenate((ids, admit))
     computed0 = r.num_computed_tokens[ids]
+    # Admitted requests have emitted nothing (whole_admissions admits only those).
     remaining = r.output_tokens[ids] - r.num_emitted[ids]
     if admit is not None:
         # An admitted request counts as having computed all but one token of its prompt and
         # emitting its first token in step 0 (its remaining prefill is corrected below).
         prompts = r.prompt_tokens[admit]
-        ids = np.concatenate((ids, admit))
-        computed0 = np.concatenate((computed0, prompts - 1))
-        remaining = np.concatenate((remaining, r.output_tokens[admit]))
+        computed0[len(ids) - len(admit) :] = prompts - 1
     # Every step emits at least one token per sequence: all have finished within max(remaining)
     # steps, the first within min(remaining); costing more steps would be wasted work.
     if plan.batch_dependent:
         through_finishes = False  # a finish changes the batch and so the policy's choice
-    horizon = int(remaining.max()) if through_finishes else int(remaining.min())
+    left = remaining.tolist()  # Python reductions: faster on a stretch's few dozen rows
+    horizon = max(left) if through_finishes else min(left)
     m = min(FAST_FORWARD_CHUNK, horizon, plan.holds_for())
     if next_arrival_at_s < np.inf and last_step_s > 0:
         # Steps vary along a stretch: plan three times the gap / last step, plus sixteen.
@@ -182,8 +184,16 @@ def _drafts(
         proposed_all = accepted = np.zeros((len(ids), m + 1), dtype=np.int64)
     elif num_old == len(ids):
         proposed_all, accepted = plan.window(ids, r.num_decode_steps[ids], m + 1)
+    elif not plan.adaptive:
+        # Admitted requests draft from step 1: their plans start one column later, one window
+        # for all rows read from step -1 for them (column 0, before their plan, is set to 0).
+        step_index = r.num_decode_steps[ids]
+        step_index[num_old:] = -1
+        proposed_all, accepted = plan.window(ids, step_index, m + 1)
+        proposed_all[num_old:, 0] = 0
+        accepted[num_old:, 0] = 0
     else:
-        # Admitted requests draft from step 1: their plans start one column later.
+        # A policy plays its plan forward from each row's position: a window per group.
         old, admit = ids[:num_old], ids[num_old:]
         old_proposed, old_accepted = plan.window(old, r.num_decode_steps[old], m + 1)
         new_proposed, new_accepted = plan.window(admit, np.zeros(len(admit), np.int64), m)
@@ -331,7 +341,9 @@ def _steps_that_fit(
         # The head waits while the running sequences (those not finished yet) leave it no room.
         ok &= ~s.head_admissible(head, tokens, blocks, num_seqs)
     length = m if ok.all() else int(np.argmin(ok))
-    last = int(finish_step.max()) if through_finishes else int(finish_step.min())
+    # A Python reduction: faster than numpy's on the few dozen rows of a stretch.
+    steps = finish_step.tolist()
+    last = max(steps) if through_finishes else min(steps)
     if through_finishes and kv.caching:
         # A shareable request's end caches its blocks: stop there, to queue them as stepping does.
         shareable = kv.hash_limit_tokens[ids] > 0
@@ -357,23 +369,26 @@ def _plan_plain(
     counts each as one token over ``prompt - 1`` computed, corrected below as in
     :func:`plan_stretch`."""
     kv = s.kv
+    block_size = kv.block_size
     take = 1 + s.config.extra_tokens_per_decode
     j = np.arange(m)
     finish_step = remaining - 1
-    # Sequences still running at step j, and the sum of their starting lengths (via the order of
-    # their finishing steps).
-    order = np.argsort(finish_step, kind="stable")
-    finished_before = np.searchsorted(finish_step[order], j, side="left")
-    num_seqs = len(ids) - finished_before
-    c0_sorted = np.concatenate(([0], np.cumsum(computed0[order])))
-    context = (c0_sorted[-1] - c0_sorted[finished_before]) + num_seqs * j
+    # Sequences still running at step j, and the sum of their starting lengths (one pass each
+    # over the small sequence × step mask: fewer numpy calls than sorting by finishing step).
     active = j <= finish_step[:, None]
-    if s.config.rollback_policy == "in_place" or take == 1:
-        blocks = (blocks_for(computed0[:, None] + (j + take), kv.block_size) * active).sum(axis=0)
+    num_seqs = active.sum(axis=0)
+    context = computed0 @ active + num_seqs * j
+    # Blocks of n tokens: ceil(n / block_size) = (n + block_size - 1) // block_size, a shift
+    # when the size is a power of two (an arithmetic shift floors as // does).
+    in_place = s.config.rollback_policy == "in_place" or take == 1
+    slots = computed0[:, None] + (j + ((take if in_place else 1) + block_size - 1))
+    if block_size & (block_size - 1) == 0:
+        held = slots >> (block_size.bit_length() - 1)
     else:
-        blocks = (blocks_for(computed0[:, None] + (j + 1), kv.block_size) * active).sum(
-            axis=0
-        ) + num_seqs * int(blocks_for(take - 1, kv.block_size))
+        held = slots // block_size
+    blocks = held.sum(axis=0, where=active)
+    if not in_place:
+        blocks += num_seqs * ((take - 1 + block_size - 1) // block_size)
     logits = num_seqs * take
     tokens = logits
     num_admitted = prefill_tokens = 0

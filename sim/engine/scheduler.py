@@ -176,6 +176,23 @@ class Scheduler:
         room = cfg.max_num_seqs - len(self.running)
         if not cfg.mixed_batches or not self.waiting or room <= 0:
             return None
+        if len(self.waiting) == 1:
+            # One request waits (an arrival at a light load): the cheap bound below, in scalars.
+            head = self.waiting[0]
+            want_one = int(r.prompt_tokens[head])
+            if (
+                r.num_emitted[head] == 0
+                and r.num_computed_tokens[head] == 0
+                and not (kv.caching and kv.hash_limit_tokens[head] > 0)
+            ):
+                take = 1 + cfg.extra_tokens_per_decode + self._max_proposed()
+                num_running = len(self.running)
+                most_blocks = num_running * (-(-take // kv.block_size) + 1)
+                if (
+                    num_running * take + want_one <= cfg.max_num_batched_tokens
+                    and most_blocks + -(-want_one // kv.block_size) <= kv.num_free
+                ):
+                    return 1
         queue = np.fromiter(
             islice(self.waiting, room + 1), dtype=np.int64, count=min(room + 1, len(self.waiting))
         )
