@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 
 from sim import __version__
-from sim.acceptance.policy import (
+from sim.acceptance.policies import (
     ADAPTIVE_METHODS,
     AdaptiveDrafter,
     AdaptivePlan,
