@@ -17,8 +17,6 @@ from sim.acceptance.plan import AcceptanceModel, Proposal
 from sim.errors import ScenarioError
 
 IntArray = NDArray[np.int64]
-
-
 FloatArray = NDArray[np.float64]
 
 

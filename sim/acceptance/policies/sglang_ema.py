@@ -24,20 +24,10 @@ from sim.errors import ScenarioError
 
 #: SGLang's defaults (PR #21599, adaptive_spec_params.py).
 SGLANG_CANDIDATE_STEPS = (1, 3, 7)
-
-
 SGLANG_EMA_ALPHA = 0.2
-
-
 SGLANG_UPDATE_INTERVAL = 5
-
-
 SGLANG_WARMUP_BATCHES = 10
-
-
 SGLANG_DOWN_HYSTERESIS = -0.25
-
-
 SGLANG_UP_HYSTERESIS = 0.0
 
 
