@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sim.cost_model import StepCostModel
-from sim.engine import cost_kernel
+from sim.engine import cost_kernel, cost_terms
 from sim.engine.block import StepTotals
 from sim.engine.drafter import Drafter, DraftWork, StepPlan
 from sim.engine.scheduler import Scheduler
@@ -52,7 +52,7 @@ class StepCosting:
                 work,
             )
         # The order of the sum is fixed (BREAKDOWN_KEYS) so both paths round identically.
-        return cost_kernel.python_durations(
+        return cost_terms.python_durations(
             self.cost_model, self.drafter, self.speculative, totals.shape(), work
         )
 
