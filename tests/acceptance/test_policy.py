@@ -26,11 +26,8 @@ from sim.errors import ScenarioError
 from sim.run import build_simulation, execute
 from sim.scenario import validate_document
 from sim.theory.chain_sampling import sample_categorical, speculative_chain_step
-from sim.theory.lossless_check import (
-    direct_sequences,
-    homogeneity_test,
-    markov_pair,
-)
+from sim.theory.lossless_check import homogeneity_test
+from sim.theory.markov_model import direct_sequences, markov_pair
 from specsim.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
