@@ -58,14 +58,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a grid of scenarios in parallel, resumably, into one tidy table."""
         from reports.progress import interrupted_line, item_progress
-        from reports.sweep import (
-            check_sweep_folder,
-            expand_grid,
-            finished_summary,
-            parse_grid,
-            run_sweep,
-            write_manifest,
-        )
+        from reports.sweep import check_sweep_folder, finished_summary, run_sweep, write_manifest
+        from reports.sweep_grid import expand_grid, parse_grid
 
         document, base_dir, source = load_document(scenario, set_ or [], bench)
         axes = parse_grid(grid or [])
