@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from reports.sweep import expand_grid, parse_grid, run_sweep, write_manifest
+from reports.sweep import run_sweep, write_manifest
+from reports.sweep_grid import expand_grid, parse_grid
 from sim.scenario import read_document
 
 REPORT_BUDGET_S = 20.0

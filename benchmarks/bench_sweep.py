@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from reports.sweep import SUMMARY_FILE, expand_grid, parse_grid, run_sweep
+from reports.sweep import SUMMARY_FILE, run_sweep
+from reports.sweep_grid import expand_grid, parse_grid
 from sim.scenario import read_document
 
 BUDGET_S = 120.0

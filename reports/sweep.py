@@ -8,9 +8,7 @@ atomically, which is what makes a sweep resumable and an interruption harmless.
 
 from __future__ import annotations
 
-import copy
 import hashlib
-import itertools
 import json
 import traceback
 from collections.abc import Callable, Iterator
@@ -21,14 +19,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from sim.errors import OutputError, ScenarioError, SpecsimError
+from reports.sweep_grid import HASH_CHARS, GridAxis, SweepPoint
+from sim.errors import OutputError, SpecsimError
 from sim.output import check_output_folder, write_json, write_table, write_yaml
 from sim.pool import pool_worker_init
 from sim.results import SCENARIO_FILE, SUMMARY_FILE, load_summary, save_result
-from sim.run import ScenarioResult, resolve_engine, resolved_document, run_scenario
-from sim.scenario import Scenario, apply_override, validate_document
+from sim.run import ScenarioResult, run_scenario
+from sim.scenario import validate_document
 from sim.summary import Summary
 from sim.vllm_bench import vllm_bench_result
 
@@ -37,25 +35,6 @@ ERROR_FILE = "error.txt"
 MANIFEST_FILE = "sweep.json"
 TABLE_FILE = "sweep.csv"
 PARQUET_FILE = "sweep.parquet"
-HASH_CHARS = 12
-
-
-@dataclass(frozen=True)
-class GridAxis:
-    """One ``--grid KEY=V1,V2,…`` flag: a key path and its raw (YAML) values, in order."""
-
-    key: str
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One cartesian combination: its grid values, validated document and identity."""
-
-    values: dict[str, Any]
-    document: dict[str, Any]
-    resolved: dict[str, Any]
-    point_id: str
 
 
 @dataclass
@@ -67,86 +46,6 @@ class PointOutcome:
     error: str | None
     #: The run in ``vllm bench serve``'s keys, computed before the step records are dropped.
     vllm_bench: dict[str, Any] | None = None
-
-
-def split_values(text: str) -> list[str]:
-    """Split ``a,b,[1, 2],{k: v}`` on the commas outside brackets, braces and quotes."""
-    parts: list[str] = []
-    depth, quote, start = 0, "", 0
-    for i, char in enumerate(text):
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [part.strip() for part in parts]
-
-
-def parse_grid(flags: list[str]) -> list[GridAxis]:
-    """The axes of ``--grid KEY=V1,V2,…`` flags.
-
-    Raise ScenarioError naming the flag if it has no ``=``, an empty value, or repeats a key.
-    """
-    axes: list[GridAxis] = []
-    for flag in flags:
-        key, sep, raw = flag.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ScenarioError(f"--grid {flag!r}: expected KEY.PATH=V1,V2,...")
-        values = split_values(raw)
-        if any(not value for value in values):
-            raise ScenarioError(f"--grid {flag!r}: empty value in the list")
-        if any(axis.key == key for axis in axes):
-            raise ScenarioError(f"--grid {key}: the key is given twice")
-        axes.append(GridAxis(key, tuple(values)))
-    if not axes:
-        raise ScenarioError("--grid: give at least one KEY=V1,V2,... axis")
-    return axes
-
-
-def point_identity(resolved: dict[str, Any]) -> str:
-    """The first hex digits of SHA-256 over the resolved scenario's canonical JSON."""
-    canonical = json.dumps(resolved, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:HASH_CHARS]
-
-
-def resolve(scenario: Scenario) -> dict[str, Any]:
-    """The scenario with the engine preset's defaults written out (as saved beside results)."""
-    return resolved_document(scenario, resolve_engine(scenario))
-
-
-def expand_grid(document: dict[str, Any], axes: list[GridAxis], source: str) -> list[SweepPoint]:
-    """Every point of the cartesian grid, each validated before any is run.
-
-    Raise ScenarioError naming the point and key path of the first invalid one, or if two grid
-    values resolve to the same scenario.
-    """
-    points: list[SweepPoint] = []
-    seen: dict[str, dict[str, Any]] = {}
-    for combination in itertools.product(*(axis.values for axis in axes)):
-        variant = copy.deepcopy(document)
-        values: dict[str, Any] = {}
-        for axis, raw in zip(axes, combination, strict=True):
-            apply_override(variant, f"{axis.key}={raw}")
-            values[axis.key] = yaml.safe_load(raw)
-        label = ", ".join(f"{axis.key}={raw}" for axis, raw in zip(axes, combination, strict=True))
-        scenario = validate_document(variant, f"{source} (point {label})")
-        resolved = resolve(scenario)
-        point_id = point_identity(resolved)
-        if point_id in seen:
-            raise ScenarioError(
-                f"--grid: points {seen[point_id]} and {values} resolve to the same scenario"
-            )
-        seen[point_id] = values
-        points.append(SweepPoint(values, variant, resolved, point_id))
-    return points
 
 
 def run_point(point_id: str, document: dict[str, Any], base_dir: str) -> PointOutcome:

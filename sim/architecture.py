@@ -1,6 +1,6 @@
 """Per-layer parameter counts and KV geometry of the decoder kinds served today.
 
-:class:`sim.catalogue.Model` derives its sizes from these counts. Each formula follows the
+:class:`sim.model_spec.Model` derives its sizes from these counts. Each formula follows the
 layer as the model's reference implementation (Hugging Face ``transformers``) builds it:
 
 * **GQA attention** (Llama, Qwen, Mixtral, gpt-oss): ``H·n_h·d + 2·H·n_kv·d + n_h·d·H`` (+ q/k/v

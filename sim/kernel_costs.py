@@ -38,7 +38,6 @@ from sim.gemm_grid import gemm_grid as load_gemm_grid
 from sim.kernels import (
     AllReduceTable,
     DecodeAttention,
-    MoeLayer,
     PrefillAttention,
     allreduce_table,
     allreduce_tp_degrees,
@@ -48,6 +47,7 @@ from sim.kernels import (
     prefill_attention,
 )
 from sim.moe import grouped_gemm_layer
+from sim.moe_kernel import MoeLayer
 
 FloatArray = NDArray[np.float64]
 

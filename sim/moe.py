@@ -4,7 +4,7 @@ A fused-MoE kernel is not a dense GEMM: each touched expert is a small GEMM over
 routed to it, with its own tile overheads, so it reaches a lower fraction of peak and pays a fixed
 time per layer (vLLM ``fused_experts``; measured on the H100 in ``sim/data/kernels/``,
 docs/kernels.md). Where the GPU has its own fused-MoE fit for the weights' datatype, that fit is
-used (:func:`sim.kernels.moe_layer`). Where it has none, the H100 SXM fit of the same datatype is
+used (:func:`sim.moe_kernel.moe_layer`). Where it has none, the H100 SXM fit of the same datatype is
 carried over as fractions of this GPU's own peaks (bandwidth and tensor throughput) with the same
 fixed time: the kernel's efficiency, not its absolute speed, is what transfers (the rule
 ``sim/data/hardware_efficiency.yaml`` uses for dense GEMMs). Formats without a measured fused-MoE
@@ -23,7 +23,7 @@ from typing import Any
 
 from sim.catalogue import BF16_BYTES, GPU, Model
 from sim.errors import CatalogueError
-from sim.kernels import MoeLayer, moe_efficiency, moe_layer
+from sim.moe_kernel import MoeLayer, moe_efficiency, moe_layer
 from sim.precision import compute_dtype
 
 #: The GPU whose fused-MoE fits are carried to GPUs without their own.

@@ -32,9 +32,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import BF16_BYTES, GPU, Model
 from sim.cost_model import Efficiency, body_peak_flops, smooth_max
-from sim.kernels import experts_touched
 from sim.linear_attention import state_s_per_seq
 from sim.moe import grouped_gemm_layer
+from sim.moe_kernel import experts_touched
 from sim.parallel import (
     COMBINE_BYTES_PER_ELEMENT,
     DISPATCH_BYTES_PER_ELEMENT,

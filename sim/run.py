@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 
 from sim import __version__
-from sim.acceptance.policy import (
+from sim.acceptance.policies import (
     ADAPTIVE_METHODS,
     AdaptiveDrafter,
     AdaptivePlan,
@@ -39,9 +39,10 @@ from sim.engine.memory import MemoryPlan, plan_memory
 from sim.engine.node import ArrivalSchedule, ServingNode
 from sim.engine.prefix_cache import PrefixStructure
 from sim.engine.presets import SETTINGS, EnginePreset, get_preset
+from sim.engine.queues import SchedulerConfig
 from sim.engine.recorder import CHUNK_ROWS, STEP_COLUMNS, STEP_RECORDS, StepRecorder
 from sim.engine.requests import RequestTable
-from sim.engine.scheduler import Scheduler, SchedulerConfig
+from sim.engine.scheduler import Scheduler
 from sim.errors import CatalogueError, ScenarioError
 from sim.hf_config import resolve_model
 from sim.host_costs import HostProfile, load_host_profile

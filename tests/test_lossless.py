@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from sim.errors import ScenarioError
-from sim.theory.lossless_check import homogeneity_test, markov_pair, run_lossless_check
+from sim.theory.lossless_check import homogeneity_test, run_lossless_check
+from sim.theory.markov_model import markov_pair
 
 
 @pytest.fixture(scope="module")

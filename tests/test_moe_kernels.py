@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from sim.catalogue import get_gpu, get_model
-from sim.kernels import moe_efficiency, moe_layer
 from sim.moe import grouped_gemm_layer, moe_kernel_dtype
+from sim.moe_kernel import moe_efficiency, moe_layer
 
 
 def test_block_scaled_fp8_checkpoints_use_the_block_kernel() -> None:

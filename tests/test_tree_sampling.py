@@ -160,7 +160,7 @@ def test_dynamic_tree_sampler_is_lossless_for_each_shape_rule(
 
 
 def test_dynamic_tree_shapes_differ_between_rows_and_keep_the_budget() -> None:
-    from sim.theory.lossless_check import markov_pair
+    from sim.theory.markov_model import markov_pair
     from sim.theory.tree_sampling import draft_dynamic_tree
 
     pair = markov_pair(12)

@@ -1,4 +1,4 @@
-"""Fit the fused-MoE roofline of :func:`sim.kernels.moe_layer_s` to the collected MoE rows.
+"""Fit the fused-MoE roofline of :func:`sim.moe_kernel.moe_layer_s` to the collected MoE rows.
 
 Rows: ``kernel_source == vllm_fused_moe``, ``distribution == balanced``, one dtype at a time
 (bf16, fp8, fp8_block), the median of repeated keys. Each row is priced with the routing the
@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from sim.catalogue import get_gpu
-from sim.kernels import WEIGHT_BYTES, experts_touched, moe_activation_bytes
+from sim.kernels import WEIGHT_BYTES
+from sim.moe_kernel import experts_touched, moe_activation_bytes
 from tools.kernel_fits import (
     FittedKernel,
     Roofline,

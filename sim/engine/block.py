@@ -19,7 +19,8 @@ from numpy.typing import NDArray
 
 from sim.cost_model import StepShape
 from sim.engine.drafter import DraftWork
-from sim.engine.scheduler import ScheduledBatch, Scheduler
+from sim.engine.queues import ScheduledBatch
+from sim.engine.scheduler import Scheduler
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]

@@ -33,7 +33,7 @@ FIRST_NET, LATER_NET = 2.0, 3.0
 #: Rows of a grid priced at once when a step first needs one of them.
 ROWS_PER_FILL = 256
 
-#: Terms of one draft network in ``nets`` (``cost_kernel._network_terms``), per network.
+#: Terms of one draft network in ``nets`` (``cost_terms._network_terms``), per network.
 NET_TERMS = 6
 
 #: Attention forms: the cost model's roofline, or the measured decode and prefill kernels.

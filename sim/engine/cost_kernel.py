@@ -43,14 +43,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sim.cost_model import StepCostModel, StepShape, smooth_max
+from sim.cost_model import StepCostModel, StepShape
 from sim.engine import cost_eval
 from sim.engine.cost_eval import (
     ATTENTION_KERNELS,
     ATTENTION_ROOFLINE,
-    DRAFT_CPU,
     DRAFT_GIVEN,
-    DRAFT_NETWORKS,
     DRAFT_NONE,
     FIRST_NET,
     LATER_NET,
@@ -58,6 +56,7 @@ from sim.engine.cost_eval import (
     ROWS,
     ROWS_PER_FILL,
 )
+from sim.engine.cost_terms import _draft_terms, _network_linear, _network_terms, python_durations
 from sim.engine.drafter import Drafter, DraftWork
 
 IntArray = NDArray[np.int64]
@@ -336,80 +335,6 @@ def _int64(values: Any) -> IntArray:
     if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1:
         return np.ascontiguousarray(values)
     return np.ascontiguousarray(np.atleast_1d(values), dtype=np.int64)
-
-
-def python_durations(
-    cost_model: StepCostModel,
-    drafter: Drafter,
-    speculative: bool,
-    shape: StepShape,
-    work: DraftWork,
-) -> tuple[FloatArray, dict[str, FloatArray]]:
-    """Each step's duration and breakdown by the Python cost model: its parts, then the
-    drafting time when the steps draft, summed in a fixed order so that every path rounds
-    alike."""
-    parts = cost_model.breakdown(shape)
-    if speculative:
-        parts["draft_s"] = np.asarray(drafter.draft_time_s(work), dtype=np.float64)
-    total = (
-        parts["fixed_s"]
-        + parts["linear_s"]
-        + parts["attention_s"]
-        + parts["allreduce_s"]
-        + parts["sampling_s"]
-        + parts["draft_s"]
-    )
-    return total, parts
-
-
-def _draft_terms(drafter: Drafter) -> tuple[int, tuple[float, float, float], list[Any]]:
-    """How ``drafter``'s time is priced: in the evaluator from its CPU terms (the lookup
-    strategies, whose ``draft_time_s`` is ``where(seqs > 0, per_step + per_seq·seqs (+
-    per_context_token·context), 0)``) or its draft networks' forwards (EAGLE, EAGLE-3, MTP:
-    :class:`~sim.drafting.eagle.EagleStrategy`), or by the drafter itself. Also the constant
-    terms and, for networks, the two :class:`~sim.drafting.network.NetworkCost`."""
-    from sim.drafting.eagle import EagleStrategy
-    from sim.drafting.lookahead import LookaheadStrategy
-    from sim.drafting.ngram import NgramStrategy
-
-    kind = type(drafter)
-    if drafter.name == "none" and kind.__name__ in ("NoDrafter", "NoSpeculation"):
-        return DRAFT_NONE, (0.0, 0.0, 0.0), []
-    if issubclass(kind, NgramStrategy) and kind.draft_time_s is NgramStrategy.draft_time_s:
-        o = drafter.overheads  # type: ignore[attr-defined]
-        return DRAFT_CPU, (o.per_step_s, o.cpu_per_seq_s, o.cpu_per_context_token_s), []
-    if kind is LookaheadStrategy:
-        o = drafter.overheads  # type: ignore[attr-defined]
-        return DRAFT_CPU, (o.per_step_s, o.cpu_per_seq_s, 0.0), []
-    if kind is EagleStrategy:
-        assert isinstance(drafter, EagleStrategy)
-        o = drafter.overheads
-        fixed_s = o.per_step_s + (1 + len(drafter.level_nodes)) * o.per_forward_s
-        return DRAFT_NETWORKS, (fixed_s, 0.0, 0.0), [drafter.first, drafter.later]
-    return DRAFT_GIVEN, (0.0, 0.0, 0.0), []
-
-
-def _network_terms(network: Any) -> list[float]:
-    """The constant terms of a draft network's forward (``NetworkCost.forward_s``), in the
-    order the evaluator reads them: KV seconds per token, seconds per causal pair, fixed
-    seconds, whether it launches eagerly outside CUDA graphs, its launch time, and a spare."""
-    launch = network._host.costs.eager_launch_s_per_layer * network.network.num_layers
-    return [
-        network._kv_s_per_token,
-        network._attention_s_per_pair,
-        network._fixed_s,
-        1.0 if network._eager else 0.0,
-        launch,
-        0.0,
-    ]
-
-
-def _network_linear(network: Any, n: FloatArray, n_logits: FloatArray) -> FloatArray:
-    """A draft network's linear layers and sampling (``NetworkCost.forward_s``'s terms that
-    are not arithmetic)."""
-    flop_s = network._flop_s_per_token * n + network._flop_s_per_logit * n_logits
-    linear = smooth_max(network._weight_s, flop_s, network._p)
-    return np.asarray(linear + network._sampling_s_per_logit * n_logits, dtype=np.float64)
 
 
 def lower(

@@ -79,7 +79,7 @@ class StepPlan:
     proposed: NDArray[np.int16]
     accepted: NDArray[np.int16]
 
-    #: Whether a policy chooses the drafts step by step (:mod:`sim.acceptance.policy`).
+    #: Whether a policy chooses the drafts step by step (:mod:`sim.acceptance.policies`).
     adaptive = False
     #: Whether the choice depends on the batch size (a stretch then stops at a finish).
     batch_dependent = False

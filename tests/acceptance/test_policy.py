@@ -21,21 +21,13 @@ import yaml
 from typer.testing import CliRunner
 
 from sim.acceptance.models import ConstantAlphaModel
-from sim.acceptance.policy import (
-    GoodputPolicy,
-    PositionAcceptance,
-    SglangEmaPolicy,
-    build_policy,
-)
+from sim.acceptance.policies import GoodputPolicy, PositionAcceptance, SglangEmaPolicy, build_policy
 from sim.errors import ScenarioError
 from sim.run import build_simulation, execute
 from sim.scenario import validate_document
 from sim.theory.chain_sampling import sample_categorical, speculative_chain_step
-from sim.theory.lossless_check import (
-    direct_sequences,
-    homogeneity_test,
-    markov_pair,
-)
+from sim.theory.lossless_check import homogeneity_test
+from sim.theory.markov_model import direct_sequences, markov_pair
 from specsim.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,7 +116,7 @@ def test_sglang_batch_slots_learn_apart() -> None:
     # ema = 4 * 0.8^n falls to 0.22 <= 1 - 0.5 - 0.25 at n = 13: the slot drops to 1.
     for _ in range(13):
         policy.observe(np.arange(4), small, 0 * small)
-    from sim.acceptance.policy import BatchView
+    from sim.acceptance.policies import BatchView
 
     def view(b: int) -> BatchView:
         zeros = np.zeros(b, dtype=np.int64)
@@ -142,7 +134,7 @@ def test_goodput_policy_turns_speculation_off_when_drafts_are_rejected() -> None
         return 1.0 + 0.01 * b * (1 + k) + np.where(k > 0, 0.4, 0.0)
 
     policy = GoodputPolicy(4, 8, step_time, prior_alpha=0.9)
-    from sim.acceptance.policy import BatchView
+    from sim.acceptance.policies import BatchView
 
     ids = np.arange(8)
     view = BatchView(8, ids, np.zeros(8, np.int64), np.zeros(8, np.int64), np.ones(8, np.int64))

@@ -27,9 +27,10 @@ from sim.engine.drafter import NoDrafter, StepPlan
 from sim.engine.kv_cache import BlockManager
 from sim.engine.node import ArrivalSchedule, ServingNode
 from sim.engine.prefix_cache import PrefixStructure
+from sim.engine.queues import SchedulerConfig
 from sim.engine.recorder import StepRecorder
 from sim.engine.requests import RequestTable
-from sim.engine.scheduler import Scheduler, SchedulerConfig
+from sim.engine.scheduler import Scheduler
 from sim.errors import SpecsimError
 from sim.run import build_simulation
 from sim.scenario import validate_document

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from sim.acceptance.policy import (
+from sim.acceptance.policies import (
     AdaptivePlan,
     DisableAboveBatchPolicy,
     OraclePolicy,

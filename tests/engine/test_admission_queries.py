@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 
 from sim.engine.core import EngineCore
-from sim.engine.scheduler import ScheduledBatch
+from sim.engine.queues import ScheduledBatch
 
 from .harness import EngineSetup, build_core, check_finished, drive_node
 from .strategies import engine_setups

@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from sim.engine.drafter import StepPlan
 from sim.engine.kv_cache import BlockManager
 from sim.engine.prefix_cache import PREFIX, SESSION, PrefixCache, PrefixStructure
+from sim.engine.queues import SchedulerConfig
 from sim.engine.requests import RequestTable
-from sim.engine.scheduler import Scheduler, SchedulerConfig
+from sim.engine.scheduler import Scheduler
 from sim.errors import InvariantError
 
 from .harness import EngineSetup, Monitor, build_core, check_finished, record_of, run_node

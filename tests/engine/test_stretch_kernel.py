@@ -1,7 +1,7 @@
 """The compiled stretch pass and the numpy reference path plan the same stretches.
 
 ``EngineCore.compiled`` picks :mod:`sim.engine.stretch_kernel`'s compiled loop (numba) or the
-numpy arithmetic of :func:`sim.engine.planner._drafts` for a stretch with drafts (after
+numpy arithmetic of :func:`sim.engine.stretch_drafts._drafts` for a stretch with drafts (after
 ``compile_after`` stretches in numpy); both are integer arithmetic, so every record must be
 identical, bit for bit, whatever the workload and wherever the switch falls.
 """

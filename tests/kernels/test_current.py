@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim import kernels
+from sim import kernels, moe_kernel
 from tests.kernels.shared_data import KERNEL_DATA, REPO_ROOT, needs_shared
 
 pytestmark = pytest.mark.slow
@@ -92,7 +92,7 @@ def test_fitted_kernels_reproduce_the_data_within_the_stated_errors() -> None:
     ).latency.median()
     pred = np.array(
         [
-            kernels.moe_layer_s(
+            moe_kernel.moe_layer_s(
                 "h100-sxm",
                 "bf16",
                 r.num_tokens,

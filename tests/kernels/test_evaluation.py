@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import kernels
+from sim import kernels, moe_kernel
 from sim.catalogue import get_model
 from sim.efficiency import load_efficiency
 
@@ -82,12 +82,16 @@ def test_uniform_routing_is_the_catalogues_expected_experts() -> None:
     mixtral = get_model("mixtral-8x7b")
     tokens = np.array([1.0, 2.0, 4.0, 16.0, 256.0])
     np.testing.assert_allclose(
-        kernels.experts_touched(tokens, mixtral.spec.num_experts, mixtral.spec.experts_per_token),
+        moe_kernel.experts_touched(
+            tokens, mixtral.spec.num_experts, mixtral.spec.experts_per_token
+        ),
         mixtral.expected_experts_touched(tokens),
     )
-    np.testing.assert_array_equal(kernels.experts_touched(tokens, 8, 2, "spread"), [2, 4, 8, 8, 8])
+    np.testing.assert_array_equal(
+        moe_kernel.experts_touched(tokens, 8, 2, "spread"), [2, 4, 8, 8, 8]
+    )
     with pytest.raises(ValueError, match="routing"):
-        kernels.experts_touched(tokens, 8, 2, "skewed")
+        moe_kernel.experts_touched(tokens, 8, 2, "skewed")
 
 
 QWEN3_235B = {"hidden_size": 4096, "inter_size": 1536, "num_experts": 128, "topk": 8}
@@ -96,18 +100,18 @@ QWEN3_235B = {"hidden_size": 4096, "inter_size": 1536, "num_experts": 128, "topk
 @pytest.mark.parametrize("dtype", ["bf16", "fp8", "fp8_block"])
 def test_moe_time_grows_with_tokens_and_shrinks_with_expert_parallelism(dtype: str) -> None:
     tokens = np.array([1, 2, 8, 32, 128, 512, 2048, 8192], dtype=float)
-    one = kernels.moe_layer_s("h100-sxm", dtype, tokens, **QWEN3_235B)
+    one = moe_kernel.moe_layer_s("h100-sxm", dtype, tokens, **QWEN3_235B)
     assert np.all(np.diff(one) > 0)
-    eight = kernels.moe_layer_s("h100-sxm", dtype, tokens, **QWEN3_235B, ep=8)
+    eight = moe_kernel.moe_layer_s("h100-sxm", dtype, tokens, **QWEN3_235B, ep=8)
     assert np.all(eight < one)
-    eff = kernels.moe_efficiency("h100-sxm", dtype)
+    eff = moe_kernel.moe_efficiency("h100-sxm", dtype)
     assert np.all(one > eff.floor_s)
 
 
 def test_fp8_moe_reads_half_the_weight_bytes_of_bf16_at_one_token() -> None:
     # One token: bandwidth-bound on 8 experts' weights, so fp8 is well under bf16.
-    bf16 = kernels.moe_layer_s("h100-sxm", "bf16", 1.0, **QWEN3_235B)
-    fp8 = kernels.moe_layer_s("h100-sxm", "fp8", 1.0, **QWEN3_235B)
+    bf16 = moe_kernel.moe_layer_s("h100-sxm", "bf16", 1.0, **QWEN3_235B)
+    fp8 = moe_kernel.moe_layer_s("h100-sxm", "fp8", 1.0, **QWEN3_235B)
     assert fp8 < 0.8 * bf16
 
 
@@ -142,18 +146,18 @@ def test_prefill_attention_charges_causal_pairs_at_the_fitted_flops() -> None:
 
 def test_moe_layer_is_the_documented_roofline() -> None:
     # Qwen3-235B-A22B at TP 2, 64 tokens, bf16: the formula of docs/kernels.md written out.
-    e = kernels.moe_efficiency("h100-sxm", "bf16")
+    e = moe_kernel.moe_efficiency("h100-sxm", "bf16")
     h, inter, experts, k, tp, t = 4096, 1536 / 2, 128, 8, 2, 64.0
     touched = experts * (1 - (1 - k / experts) ** t)
     act = 2 * (t * k * (3 * inter + h) + t * k * (2 * h + 3 * inter))
     bw_s = (touched * 3 * h * inter * 2 + act) / (e.bandwidth * 3.35e12)
     fl_s = 2 * t * k * 3 * h * inter / (e.flops * 989e12)
     expected = e.floor_s + (bw_s**e.roofline_p + fl_s**e.roofline_p) ** (1 / e.roofline_p)
-    layer = kernels.moe_layer(
+    layer = moe_kernel.moe_layer(
         "h100-sxm", "bf16", hidden_size=4096, inter_size=1536, num_experts=experts, topk=k, tp=tp
     )
     assert layer.time_s(t) == pytest.approx(expected, rel=1e-12)
-    assert kernels.moe_layer_s(
+    assert moe_kernel.moe_layer_s(
         "h100-sxm", "bf16", t, hidden_size=4096, inter_size=1536, num_experts=experts, topk=k, tp=tp
     ) == layer.time_s(t)
 
@@ -163,7 +167,7 @@ def test_moe_layer_is_the_documented_roofline() -> None:
 )
 def test_moe_layer_refuses_impossible_splits_and_routings(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        kernels.moe_layer("h100-sxm", "bf16", **{**QWEN3_235B, **kwargs})
+        moe_kernel.moe_layer("h100-sxm", "bf16", **{**QWEN3_235B, **kwargs})
 
 
 @pytest.mark.parametrize(("gpu", "mode", "tp"), TABLES)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sim import kernels
+from sim import kernels, moe_kernel
 from sim.errors import CatalogueError
 
 WHERE = "sim/data/kernels/test.yaml"
@@ -74,7 +74,7 @@ def test_unmeasured_kernels_say_so_instead_of_borrowing_another_gpu() -> None:
     assert kernels.has_collectives("h200") and kernels.has_collectives("h100-sxm")
     assert not kernels.has_collectives("a100-80gb")
     for call in (
-        lambda: kernels.moe_efficiency("h200", "bf16"),
+        lambda: moe_kernel.moe_efficiency("h200", "bf16"),
         lambda: kernels.gemm_efficiency("h200", "fp8"),
         lambda: kernels.decode_attention("h200", "bf16"),
         lambda: kernels.prefill_attention("h200"),
@@ -93,7 +93,7 @@ def test_a_tp_without_a_table_is_an_error_naming_the_measured_degrees(tp: int) -
 
 def test_unknown_dtype_names_what_exists() -> None:
     with pytest.raises(CatalogueError, match=r"moe 'int4'.*have: bf16, fp8, fp8_block"):
-        kernels.moe_efficiency("h100-sxm", "int4")
+        moe_kernel.moe_efficiency("h100-sxm", "int4")
 
 
 def test_the_fit_tool_refuses_a_folder_without_the_collection(

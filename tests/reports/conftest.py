@@ -27,7 +27,8 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A run, a compare, a sweep and a plan folder of the chat scenario, each small."""
     from reports.capacity import plan_capacity
     from reports.comparison import compare_methods, save_comparison
-    from reports.sweep import expand_grid, parse_grid, run_sweep, write_manifest
+    from reports.sweep import run_sweep, write_manifest
+    from reports.sweep_grid import expand_grid, parse_grid
 
     root = tmp_path_factory.mktemp("results")
     document = small_document()

@@ -15,7 +15,7 @@ import reports.comparison as comparison
 from reports.plan_rows import MethodPlan
 from reports.progress import item_progress
 from reports.rate_search import RateSearch
-from specsim.multirun_commands import plan_progress
+from specsim.plan_command import plan_progress
 
 
 def test_off_a_terminal_each_item_is_one_line() -> None:

@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from reports import recommend
+from reports import recommend_candidates
 from reports.recommend import Request, recommend_configuration
 from sim.errors import ScenarioError
 
@@ -35,7 +35,7 @@ def test_the_answer_follows_the_acceptance_data(monkeypatch: pytest.MonkeyPatch)
         task = args[3]
         return {"acceptance": {"alpha": 0.0}}, "alpha 0 (test)", task.datasets[0]  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(recommend, "find_acceptance", rejected)
+    monkeypatch.setattr(recommend_candidates, "find_acceptance", rejected)
     answer = recommend_configuration(
         Request("llama-3.1-8b", "h100-sxm", "chat", rate_per_s=1.0, **FAST)
     )

@@ -12,14 +12,8 @@ import typer
 from typer.testing import CliRunner
 
 import reports.sweep as sweep
-from reports.sweep import (
-    SweepPoint,
-    expand_grid,
-    flatten_summary,
-    parse_grid,
-    run_sweep,
-    split_values,
-)
+from reports.sweep import flatten_summary, run_sweep
+from reports.sweep_grid import SweepPoint, expand_grid, parse_grid, split_values
 from sim.errors import ScenarioError
 from sim.scenario import apply_override, read_document
 

@@ -1,0 +1,184 @@
+"""``goodput``: the k that maximises the batch's expected tokens per second (SmartSpec, Liu et al.
+2024, arXiv:2406.14066), and the step-time table it reads from the run's own cost model.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from sim.acceptance.policies.base import (
+    BatchView,
+    FloatArray,
+    IntArray,
+    SpeculationPolicy,
+    StepTime,
+    _check_range,
+)
+from sim.engine.drafter import DraftWork
+from sim.errors import ScenarioError
+
+
+class GoodputPolicy(SpeculationPolicy):
+    """SmartSpec-style: every ``update_interval`` steps, the k in 0..k_max maximising the batch's
+    expected tokens per second, ``Σ_i E[min(L_i, k+1)] / T(b, k)``, with each sequence's
+    acceptance ``α_i`` = EMA of accepted drafts / EMA of tried drafts (chain: ``E = (1 - α^{k+1}) /
+    (1 - α)``, Leviathan et al. 2023 eq. 1) and ``T`` the cost model's step time."""
+
+    name = "goodput"
+    learns = True
+    reads_batch = True
+
+    def __init__(
+        self,
+        k_max: int,
+        num_requests: int,
+        step_time: StepTime,
+        prior_alpha: float = 0.7,
+        ema_alpha: float = 0.2,
+        update_interval: int = 5,
+    ) -> None:
+        super().__init__(k_max)
+        if not 0.0 < prior_alpha < 1.0:
+            raise ScenarioError("speculation.policy.params.prior_alpha: must be in (0, 1)")
+        if not 0.0 < ema_alpha <= 1.0:
+            raise ScenarioError("speculation.policy.params.ema_alpha: must be in (0, 1]")
+        _check_range("update_interval", update_interval, 1, 1 << 20)
+        # Geometric acceptance: α̂ = accepted / tried drafts (the MLE), each an EMA per request.
+        self.accepted_ema = np.full(num_requests, float(prior_alpha))
+        self.tried_ema = np.ones(num_requests)
+        self.prior_alpha = float(prior_alpha)
+        self.ema_alpha = float(ema_alpha)
+        self.update_interval = int(update_interval)
+        self.step_time = step_time
+        self.since_update = update_interval  # decide at the first step
+        self.current = k_max
+        self._depths = np.arange(k_max + 1, dtype=np.float64)
+
+    def choose(self, view: BatchView) -> IntArray:
+        if self.since_update >= self.update_interval:
+            self.current = self._best_k(view)
+            self.since_update = 0
+        return np.full(len(view.ids), self.current, dtype=np.int64)
+
+    def _best_k(self, view: BatchView) -> int:
+        alpha = np.clip(self.accepted_ema[view.ids] / self.tried_ema[view.ids], 0.0, 0.999)
+        context = int(view.computed.sum())
+        # Σ_i (1 - α_i^{k+1}) / (1 - α_i) = Σ_{d<=k} Σ_i α_i^d: a running sum of power sums.
+        power_sums = np.power.outer(alpha, self._depths).sum(axis=0)
+        tokens = np.cumsum(power_sums)
+        seconds = self.step_time(view.batch_size, self.k_max, context)
+        if seconds.ndim == 2:
+            # Rows: no sequence / every sequence accepting all k drafts; a sequence does with
+            # probability α_i^k, so the expected step time lies between, in that share.
+            share = power_sums / max(len(view.ids), 1)
+            seconds = seconds[0] + share * (seconds[1] - seconds[0])
+        rate = tokens / seconds
+        return int(np.argmax(rate))  # the smallest k among equals
+
+    def holds_for(self) -> int:
+        return max(1, self.update_interval - self.since_update)
+
+    def snapshot(self) -> Any:
+        return (self.current, self.since_update)
+
+    def adopt(
+        self, snapshot: Any, start: int, ids: IntArray, proposed: IntArray, accepted: IntArray
+    ) -> SpeculationPolicy:
+        # The EMAs learn the same from every applied step whoever observes them; the decision
+        # and its age come from the fork's record at ``start``.
+        self.observe(ids, proposed, accepted)
+        self.current, since = snapshot
+        self.since_update = min(since + proposed.shape[1] - start, self.update_interval)
+        return self
+
+    def fork(self) -> GoodputPolicy:
+        twin = copy.copy(self)
+        twin.accepted_ema = self.accepted_ema.copy()
+        twin.tried_ema = self.tried_ema.copy()
+        return twin
+
+    def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:
+        # The rows' EMAs gathered once, updated column by column (the same arithmetic as one
+        # step at a time, so fast-forwarded and stepped runs agree to the bit), scattered back.
+        acc, tried_ema = self.accepted_ema[ids], self.tried_ema[ids]
+        # Rows that drafted nothing learn nothing (their step adds an exact zero). A chain step
+        # tried a + 1 drafts (the last rejected) unless all p were accepted.
+        weights = (self.ema_alpha * (proposed > 0)).T
+        tried = np.minimum(accepted + 1, proposed).T
+        for went, a, t in zip(weights, accepted.T, tried, strict=True):
+            acc += went * (a - acc)
+            tried_ema += went * (t - tried_ema)
+        self.accepted_ema[ids] = acc
+        self.tried_ema[ids] = tried_ema
+        self.since_update = min(self.since_update + proposed.shape[1], self.update_interval)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "prior_alpha": self.prior_alpha,
+            "ema_alpha": self.ema_alpha,
+            "update_interval": self.update_interval,
+            "source": "SmartSpec (arXiv:2406.14066) goodput rule, cost model step times",
+        }
+
+
+#: The tabulated step time's context bins: the batch's mean cached tokens per sequence, rounded
+#: to this many tokens (a bin moves the attention term of a step by well under a percent at the
+#: contexts served, and the goodput argmax over k by less).
+CONTEXT_BIN_TOKENS = 128
+
+
+class TabulatedStepTime:
+    """:data:`StepTime` computed once per (batch size, mean-context bin) and looked up after:
+    the goodput policy asks at every decision, and a run meets a few hundred distinct keys.
+    The context is taken at the bin's centre, so two asks in one bin get the same answer."""
+
+    def __init__(self, step_time: StepTime) -> None:
+        self.step_time = step_time
+        self.table: dict[tuple[int, int, int], FloatArray] = {}
+
+    def __call__(self, b: int, k_max: int, context: int) -> FloatArray:
+        per_seq = round(float(context) / max(b, 1) / CONTEXT_BIN_TOKENS)
+        key = (int(b), int(k_max), per_seq)
+        found = self.table.get(key)
+        if found is None:
+            centre = per_seq * CONTEXT_BIN_TOKENS * max(b, 1)
+            found = self.table[key] = self.step_time(b, k_max, centre)
+        return found
+
+
+def cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode: int) -> StepTime:
+    """:data:`StepTime` from the run's own cost model and drafter: a verify step of ``b``
+    sequences, each computing ``1 + extra + k`` tokens over ``context`` cached tokens in all,
+    plus the drafting of the next step's k drafts (tabulated: :class:`TabulatedStepTime`)."""
+    return TabulatedStepTime(_cost_model_step_time(cost_model, drafter, extra_tokens_per_decode))
+
+
+def _cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode: int) -> StepTime:
+    from sim.cost_model import StepShape
+
+    def step_time(b: int, k_max: int, context: int) -> FloatArray:
+        k = np.arange(k_max + 1)
+        t = 1 + extra_tokens_per_decode + k
+        shape = StepShape(
+            num_seqs=np.full(k.size, b),
+            num_tokens=b * t,
+            num_logit_tokens=b * t,
+            kv_read_tokens=context + b * t,
+            attention_pairs=t * context + b * t * (t + 1) / 2.0,
+        )
+        parts = cost_model.breakdown(shape)
+        total = sum(np.asarray(parts[key], dtype=np.float64) for key in parts if key != "draft_s")
+        # Drafting with no sequence and with every sequence fully accepted (a draft model then
+        # runs one more forward to keep its KV in step): the policy weighs the two rows.
+        seqs, context_tokens = np.full(2 * k.size, b), np.full(2 * k.size, context)
+        full = np.concatenate((0 * k, np.full(k.size, b)))
+        ks = np.concatenate((k, k))
+        work = DraftWork(seqs, b * (ks + 1), context_tokens, full, b * ks)
+        draft = np.asarray(drafter.draft_time_s(work), dtype=np.float64).reshape(2, k.size)
+        return np.asarray(total + np.where(k > 0, draft, 0.0), dtype=np.float64)
+
+    return step_time

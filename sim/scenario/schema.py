@@ -1,0 +1,89 @@
+"""The whole scenario (:class:`Scenario`): its sections, the seed, the SLO, and its JSON Schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from sim.catalogue import ModelSpec
+from sim.fleet.config import FleetConfig
+from sim.inputs import SCHEMA_CONFIG
+from sim.model_names import catalogue_model
+from sim.scenario.measurement import MAX_LATENCY_MS, MeasurementConfig
+from sim.scenario.node import EngineConfig, HardwareConfig, PrecisionConfig
+from sim.speculation import (
+    SpeculationConfig,
+    no_speculation,
+)
+from sim.workload import WorkloadConfig
+
+_STRICT = SCHEMA_CONFIG
+
+
+SLO_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
+SLO_STATS = ("mean", "p50", "p90", "p99")
+
+
+class Scenario(BaseModel):
+    """A whole scenario: node, model, engine, speculation, workload, SLO and seed."""
+
+    model_config = _STRICT
+    name: str = "default"
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    hardware: HardwareConfig = HardwareConfig()
+    model: str | ModelSpec = "llama-3.1-8b"
+    precision: PrecisionConfig = PrecisionConfig()
+    engine: EngineConfig = EngineConfig()
+    speculation: SpeculationConfig = no_speculation()
+    workload: WorkloadConfig = WorkloadConfig()
+    slo: dict[str, float] | None = None
+    measurement: MeasurementConfig = MeasurementConfig()
+    #: Replicas of this node behind a router (sim/fleet); absent: one node.
+    fleet: FleetConfig | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str | ModelSpec) -> str | ModelSpec:
+        # A path ending in .json is a Hugging Face config.json, read when the run is built.
+        if isinstance(value, str) and value.endswith(".json"):
+            return value
+        return catalogue_model(value) or value
+
+    @field_validator("slo")
+    @classmethod
+    def _slo_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is None:
+            return value
+        allowed = {f"{m}_{s}_ms" for m in SLO_METRICS for s in SLO_STATS}
+        for key, bound in value.items():
+            if key not in allowed:
+                raise ValueError(
+                    f"unknown SLO key {key!r}; use <metric>_<stat>_ms with metric in "
+                    f"{SLO_METRICS} and stat in {SLO_STATS}"
+                )
+            if not 0 < bound <= MAX_LATENCY_MS:
+                raise ValueError(
+                    f"SLO {key} must be > 0 and <= {MAX_LATENCY_MS:g} ms (a day), got {bound}"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _limits(self) -> Scenario:
+        if (
+            self.workload.num_requests is not None
+            and self.measurement.warmup_requests >= self.workload.num_requests
+        ):
+            raise ValueError("measurement.warmup_requests must be < workload.num_requests")
+        if self.fleet is not None and self.speculation.policy is not None:
+            # A policy's state is one node's (its batch, its sequences' acceptance).
+            raise ValueError("speculation.policy: adaptive policies run on one node, not a fleet")
+        return self
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a scenario file, for editors' completion and validation."""
+    schema = Scenario.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "specsim scenario"
+    return schema
