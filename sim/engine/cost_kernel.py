@@ -165,7 +165,7 @@ class LoweredCost:
             given = np.asarray(self.drafter.draft_time_s(work), dtype=np.float64)
         out = np.empty((len(ROWS), m), dtype=np.float64)
         missing = np.empty((3, m * (2 + len(self._levels))), dtype=np.float64)
-        args = (
+        inputs = (
             _int64(num_seqs),
             _int64(num_tokens),
             _int64(num_logit_tokens),
@@ -181,6 +181,20 @@ class LoweredCost:
             self._sizes,
             self._flags,
             self._c,
+        )
+        num_missing = self._evaluate(*inputs, *self._stores(), out, missing)
+        if num_missing:
+            self._price(missing[:, :num_missing])
+            # Read the stores again: pricing may have moved the table to a larger one.
+            num_missing = self._evaluate(*inputs, *self._stores(), out, missing)
+            assert num_missing == 0
+        parts = {key: out[i] for i, key in enumerate(ROWS[:-1])}
+        return out[-1], parts
+
+    def _stores(self) -> tuple[NDArray[Any], ...]:
+        """The table and the grids, as the evaluator reads them (the table's arrays are
+        replaced when it grows)."""
+        return (
             self._table_keys,
             self._table_values,
             self._table_used,
@@ -188,16 +202,7 @@ class LoweredCost:
             self._allreduce_grid,
             self._first_grid,
             self._later_grid,
-            out,
-            missing,
         )
-        num_missing = self._evaluate(*args)
-        if num_missing:
-            self._price(missing[:, :num_missing])
-            num_missing = self._evaluate(*args)
-            assert num_missing == 0
-        parts = {key: out[i] for i, key in enumerate(ROWS[:-1])}
-        return out[-1], parts
 
     def _price(self, keys: FloatArray) -> None:
         """Price new keys (padded tokens, logit rows, graphed; or a draft forward's tokens,
@@ -233,7 +238,10 @@ class LoweredCost:
         if 2 * num_stored > len(self._table_used):
             # Keep the table at most half full: a larger one, the old entries moved over.
             old = self._table_keys[self._table_used].T.copy(), self._table_values[self._table_used]
-            self._new_table(4 * len(self._table_used))
+            size = 4 * len(self._table_used)
+            while 2 * num_stored > size:  # a block may bring more keys than 4x the table holds
+                size *= 4
+            self._new_table(size)
             self._store(*self._table(), old[0], old[1][:, 0].copy(), old[1][:, 1].copy())
         self._store(*self._table(), keys, linear, allreduce)
         self._num_stored = num_stored

@@ -215,6 +215,30 @@ def test_lowered_cost_equals_the_python_cost_model(name: str, data: st.DataObjec
         assert np.array_equal(again, expected_total), name
 
 
+@pytest.mark.parametrize("name", ["h100-dense-eagle3", "h100-tp8-eagle3", "h100-dense"])
+def test_a_table_that_grows_while_a_block_is_priced_is_read_anew(name: str) -> None:
+    # Regression: the table moved to a larger one while the evaluator still held the old arrays,
+    # so the second pass of a block found its newly priced keys missing (an EAGLE-3 run of 40,000
+    # requests on the default scenario stopped there).
+    lowered, _, _ = _lowered(name)  # without grids: every term goes through the table
+    lowered._new_table(4)  # two keys fit before it must grow; the block below brings dozens
+    m = 48
+    b = np.arange(1, m + 1, dtype=np.int64)
+    tokens = 3 * b
+    work = DraftWork(
+        num_seqs=b,
+        num_new_tokens=tokens,
+        context_tokens=b * 500,
+        num_full_accept=b // 2,
+        num_proposed=3 * b,
+    )
+    shape = (b, tokens, tokens, b * 500 + tokens, tokens * 1001, work)
+    expected_total, _ = lowered.reference(*shape)
+    total, _ = lowered.durations(*shape)
+    assert np.array_equal(total, expected_total)
+    assert len(lowered._table_used) > 4
+
+
 def test_a_parallel_layout_keeps_the_python_path() -> None:
     document: dict[str, Any] = {
         "seed": 1,
