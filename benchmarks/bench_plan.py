@@ -9,7 +9,8 @@ process, so the wall time is the whole command's (interpreter start-up, imports,
 runs). Prints each method's saturation throughput (where its search starts), max rate, the first
 rate above it that failed and the resolution between them (with the rates undecided there:
 within the noise of the bound), per-seed rates, how each seed was decided at the max, the runs
-and simulated requests it took, the verified fleet, the wall time, the load average and the CPU
+and simulated requests it took (and at which rates: the max, the first rate above, the undecided
+rates, elsewhere), the verified fleet, the wall time, the load average and the CPU
 time of the command and its workers (on a shared machine the CPU time over the number of cores
 is the wall time the plan would take alone). The budget is 60 s on two cores. Usage::
 
@@ -31,6 +32,8 @@ import time
 from pathlib import Path
 
 BUDGET_S = 60.0
+#: Where a method's simulated requests went (plan.json's ``simulated_requests_*``).
+PURPOSES = ("at_max", "at_first_above", "at_undecided", "elsewhere")
 
 
 def children_cpu_seconds() -> float:
@@ -89,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             f"probes, {row['num_runs']} runs, {row['num_simulated_requests']} requests  nodes "
             f"for {args.target_qps:g} req/s {nodes}"
         )
+        parts = [row.get(f"simulated_requests_{key}") for key in PURPOSES]
+        if all(part is not None for part in parts):
+            print("          requests at the max rate {}, at the first rate above {}, at the "
+                  "undecided rates {}, elsewhere {}".format(*parts))  # fmt: skip
     tied = f" (tied: {', '.join(plan['tied'])})" if plan["tied"] else ""
     print(f"winner: {plan['winner']}{tied}")
     fleet = plan.get("fleet")

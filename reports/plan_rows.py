@@ -113,6 +113,7 @@ def plan_row(
         "num_probes": len(plan.probes),
         "num_runs": len(runs),
         "num_simulated_requests": sum(run.num_requests for run in runs),
+        **requests_by_rate(plan),
     }
     if plan.reason is not None:
         return row
@@ -195,6 +196,29 @@ def pick_winner(rows: list[dict[str, Any]]) -> tuple[str | None, list[str]]:
 
     winner = min(tied, key=preference)
     return str(winner["method"]), [str(r["method"]) for r in tied]
+
+
+def requests_by_rate(plan: MethodPlan) -> dict[str, int]:
+    """Where a method's simulated requests went (``simulated_requests_`` + ``at_max``: runs at
+    the max rate, its confirmation included; ``at_first_above``; ``at_undecided``: the undecided
+    rates between them; ``elsewhere``: every other probed rate, the search that led there). The
+    four add up to ``num_simulated_requests``."""
+    search = plan.search
+    undecided = set(search.undecided)
+    out = {"at_max": 0, "at_first_above": 0, "at_undecided": 0, "elsewhere": 0}
+    for probe in plan.probes:
+        rate = probe.rate_per_s
+        key = (
+            "at_max"
+            if rate == search.holds_at
+            else "at_first_above"
+            if rate == search.fails_at
+            else "at_undecided"
+            if rate in undecided
+            else "elsewhere"
+        )
+        out[key] += sum(run.num_requests for runs in probe.runs.values() for run in runs)
+    return {f"simulated_requests_{key}": value for key, value in out.items()}
 
 
 def verify_nodes(

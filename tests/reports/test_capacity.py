@@ -284,6 +284,29 @@ def test_the_row_reports_the_rate_every_seed_held_nodes_and_cost() -> None:
     assert free["nodes_estimate"] is None and free["cost_per_million_output_tokens_usd"] is None
 
 
+def test_the_row_says_at_which_rates_the_simulated_requests_went() -> None:
+    # 10 held, 12 undecided at the longest run (seed 1), 14 failed; 11 and 16 are neither end.
+    gray = Probe(12.0, [0, 1], base_requests=100, max_requests=400)
+    gray.record(0, 100, _outcome("holds"))
+    gray.record(1, 400, _outcome("undecided"))
+    probes = [_settled(r, v) for r, v in ((11.0, ["holds"] * 2), (16.0, ["fails"] * 2))]
+    probes += [_settled(10.0, ["holds"] * 2), gray, _settled(14.0, ["holds", "fails"])]
+    search = RateSearch(10.0)
+    for probe in probes:
+        search.record(probe.rate_per_s, probe.outcome)  # None at 12: undecided
+    plan = MethodPlan("ngram", [], search, probes)
+    # 10 and 11 held below the undecided 12: the max is 11, the first rate above 14.
+    row = plan_row(plan, [0, 1], num_gpus=1, target_qps=None, gpu_hour_usd=None)
+    assert row["max_rate_per_s"] == 11.0 and row["undecided_rates_per_s"] == [12.0]
+    assert row["simulated_requests_at_max"] == 200
+    assert row["simulated_requests_at_first_above"] == 200
+    assert row["simulated_requests_at_undecided"] == 500
+    assert row["simulated_requests_elsewhere"] == 400  # 10 and 16 req/s
+    parts = [row[f"simulated_requests_{k}"] for k in ("at_max", "at_first_above",
+             "at_undecided", "elsewhere")]  # fmt: skip
+    assert sum(parts) == row["num_simulated_requests"] == 1300
+
+
 def test_no_stable_rate_is_said_not_replaced_by_the_lowest_probe() -> None:
     plan = _plan("none", [_settled(2.0, ["fails"]), _settled(1.0, ["fails"])])
     row = plan_row(plan, [0], num_gpus=1, target_qps=10.0, gpu_hour_usd=None)
