@@ -23,6 +23,7 @@ values in ``sim/data/engine_presets.yaml`` (a test checks they are current).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         path = Path(str(resources.files("sim").joinpath("data/engine_presets.yaml")))
         write_presets(path, values)
         reload_presets()
-        print(f"updated {path}")
+        print(f"updated {os.path.relpath(path)}")
     print(report(fits))
 
 
