@@ -80,19 +80,27 @@ def plan_memory(
         tp, model.spec.num_kv_heads
     )
     budget = usable - weights - activations - reserved_bytes
+    # Name the key to change first: the GPU count, or the utilisation where vLLM's default
+    # (0.9) would hold the weights.
+    key = (
+        "engine.gpu_memory_utilization"
+        if gpu_memory_utilization < 0.9 and weights < 0.9 * gpu.memory_bytes
+        else "hardware.num_gpus"
+    )
     if weights >= usable:
         raise CatalogueError(
-            f"{model.name} needs {weights / GIB:.1f} GiB of weights per GPU at TP {tp}, but "
-            f"{gpu.name} at gpu_memory_utilization {gpu_memory_utilization} offers "
-            f"{usable / GIB:.1f} GiB: raise hardware.num_gpus"
+            f"{key}: {model.name} needs {weights / GIB:.1f} GiB of weights per GPU at TP {tp}, "
+            f"but {gpu.name} at gpu_memory_utilization {gpu_memory_utilization} offers "
+            f"{usable / GIB:.1f} GiB: raise {key}"
         )
     num_blocks = int(budget // (block_size * kv_per_token)) if budget > 0 else 0
     if num_blocks < 1:
         raise CatalogueError(
-            f"{model.name} at TP {tp} on {gpu.name} leaves no room for the KV cache "
+            f"{key}: {model.name} at TP {tp} on {gpu.name} leaves no room for the KV cache "
             f"({budget / GIB:.2f} GiB after weights {weights / GIB:.1f} GiB, activations "
             f"{activations / GIB:.1f} GiB, reserved {reserved_bytes / GIB:.1f} GiB): raise "
-            "hardware.num_gpus or gpu_memory_utilization, or lower max_num_batched_tokens"
+            "hardware.num_gpus or engine.gpu_memory_utilization, or lower "
+            "engine.max_num_batched_tokens"
         )
     return MemoryPlan(
         usable_bytes=usable,
