@@ -21,9 +21,21 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from tools.moe_validation_points import layout_of, moe_serving_points
+    from tools.moe_validation_points import (
+        AIC_ROUNDS,
+        AIC_WARMUP_ROUNDS,
+        aic_closed_loop,
+        layout_of,
+        moe_serving_points,
+    )
 except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
-    from moe_validation_points import layout_of, moe_serving_points  # type: ignore[no-redef]
+    from moe_validation_points import (  # type: ignore[no-redef]
+        AIC_ROUNDS,
+        AIC_WARMUP_ROUNDS,
+        aic_closed_loop,
+        layout_of,
+        moe_serving_points,
+    )
 
 OUT = Path(__file__).resolve().parents[1] / "sim" / "data" / "validation_points.csv"
 
@@ -157,8 +169,6 @@ def host_fit_of(row: dict[str, str]) -> str:
 #: deployment guide (docs/dynamo_deployment_guide.md, since 2025-10) gives the reason: many
 #: requests per client "to reduce the impact of first batch of requests", and prefix cache reuse
 #: deliberately disabled. The silicon rows do not record their own request counts.
-AIC_ROUNDS = 20
-AIC_WARMUP_ROUNDS = 2
 AIC_HARNESS_NOTE = (
     "requests per run not recorded with the row: the source's aiperf harness simulated "
     f"({AIC_WARMUP_ROUNDS} x concurrency warm-up left out, then {AIC_ROUNDS} x concurrency "
@@ -253,14 +263,7 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
             expert_parallel=ep or "",
             precision=precision,
             kv_cache="fp8" if row["model_path"] in FP8_KV_CHECKPOINTS else "",
-            method="none",
-            arrival="closed_loop",
-            concurrency=concurrency,
-            prompt_tokens=row["isl"],
-            output_tokens=row["osl"],
-            dataset="random",
-            num_requests=AIC_ROUNDS * concurrency,
-            warmup_requests=AIC_WARMUP_ROUNDS * concurrency,
+            **aic_closed_loop(row, concurrency),
             statistic="mean",
             unit="ms",
             source=AIC.format(id=row["id"]),

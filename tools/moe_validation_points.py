@@ -56,6 +56,21 @@ AIC_ROUNDS = 20
 AIC_WARMUP_ROUNDS = 2
 
 
+def aic_closed_loop(row: dict[str, str], concurrency: int) -> dict[str, Any]:
+    """The columns every aiconfigurator silicon row shares: no speculation, ``concurrency``
+    closed-loop clients on fixed random prompts, and the harness's request counts."""
+    return {
+        "method": "none",
+        "arrival": "closed_loop",
+        "concurrency": concurrency,
+        "prompt_tokens": row["isl"],
+        "output_tokens": row["osl"],
+        "dataset": "random",
+        "num_requests": AIC_ROUNDS * concurrency,
+        "warmup_requests": AIC_WARMUP_ROUNDS * concurrency,
+    }
+
+
 def layout_of(row: dict[str, str]) -> tuple[int, int | None, int | None]:
     """GPUs, attention TP and expert-parallel ranks a silicon row ran on.
 
@@ -128,14 +143,7 @@ def silicon(shared: Path, row_of: Callable[..., dict[str, Any]]) -> Iterator[dic
             tensor_parallel=attention_tp or "",
             expert_parallel=ep or "",
             precision=precision,
-            method="none",
-            arrival="closed_loop",
-            concurrency=concurrency,
-            prompt_tokens=row["isl"],
-            output_tokens=row["osl"],
-            dataset="random",
-            num_requests=AIC_ROUNDS * concurrency,
-            warmup_requests=AIC_WARMUP_ROUNDS * concurrency,
+            **aic_closed_loop(row, concurrency),
             quantity="tpot_ms",
             statistic="mean",
             measured=f"{float(row['silicon_tpot_ms']):.4f}",
