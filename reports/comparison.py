@@ -33,13 +33,12 @@ from sim.output import atomic_write, write_table
 from sim.results import save_result
 from sim.run import ScenarioResult, run_scenario
 from sim.scenario import METHODS, validate_document
+from sim.speculation import CHAIN_ONLY_METHODS
 from sim.summary import Summary
 
 BASELINE = "none"
 COMPARISON_FILE = "comparison.csv"
 FIGURE_FILE = "comparison.png"
-#: Methods that draft a single chain: a ``tree`` key means nothing to them.
-CHAIN_ONLY_METHODS = frozenset({"ngram", "draft_model", "mtp", "lookahead"})
 #: Columns read from the summary into the table, in table order.
 METRIC_COLUMNS = (
     "output_throughput_tok_s",

@@ -58,6 +58,7 @@ from sim.pipeline import (
 from sim.precision import compute_dtype
 from sim.random_streams import RandomStreams
 from sim.scenario import Scenario
+from sim.speculation import HIDDEN_STATE_DRAFTERS
 from sim.step_stats import MemorySteps, StepFile, StepSource
 from sim.workload import Workload, build_workload
 from sim.workload.trace import TraceRequests
@@ -78,11 +79,6 @@ REQUEST_COLUMNS = (
     "prefix_id",
     "session_id",
 )
-
-
-#: Methods whose drafter reads the target's hidden states (vLLM's SpeculativeConfig.use_eagle():
-#: eagle, eagle3, mtp in vllm/config/speculative.py; EAGLE-2 trees run as eagle there).
-HIDDEN_STATE_DRAFTERS = ("eagle", "eagle2", "eagle3", "mtp")
 
 
 def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> EnginePreset:
