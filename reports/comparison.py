@@ -34,7 +34,6 @@ from sim.results import save_result
 from sim.run import ScenarioResult, run_scenario
 from sim.scenario import METHODS, validate_document
 from sim.speculation import CHAIN_ONLY_METHODS
-from sim.summary import Summary
 
 BASELINE = "none"
 COMPARISON_FILE = "comparison.csv"
@@ -339,7 +338,7 @@ def comparison_frame(runs: list[MethodRun]) -> pd.DataFrame:
             "reason": run.reason,
             "adjustments": "; ".join(run.adjustments) or None,
         }
-        flat = Summary.from_dict(run.result.summary).flat() if run.result is not None else {}
+        flat = run.result.summary.flat() if run.result is not None else {}
         for column in METRIC_COLUMNS:
             row[column] = _metric(flat, column)
         rows.append(row)

@@ -60,6 +60,7 @@ from sim.random_streams import RandomStreams
 from sim.scenario import Scenario
 from sim.speculation import HIDDEN_STATE_DRAFTERS
 from sim.step_stats import MemorySteps, StepFile, StepSource
+from sim.summary import Summary
 from sim.workload import Workload, build_workload
 from sim.workload.trace import TraceRequests
 
@@ -186,7 +187,7 @@ class Simulation:
 class ScenarioResult:
     """A finished run: summary, flat records, the resolved scenario and how it was produced."""
 
-    summary: dict[str, Any]
+    summary: Summary
     requests: dict[str, np.ndarray]
     steps: dict[str, np.ndarray]
     resolved_scenario: dict[str, Any]
@@ -534,25 +535,21 @@ def execute(
     source = StepFile(steps_file) if steps_file is not None else MemorySteps(steps)
     irregular, irregular_at = core.recorder.irregular_itl()
     scenario = simulation.scenario
-    summary = {
-        "scenario": scenario.name,
-        "method": scenario.speculation.method,
-        "seed": scenario.seed,
-        **summarize(
-            requests,
-            source,
-            irregular,
-            irregular_at,
-            scenario.measurement.warmup_requests,
-            simulation.memory.num_blocks,
-            scenario.speculation.method != "none",
-            simulation.engine.enable_prefix_caching,
-            trim_fractions=scenario.measurement.trim_fractions,
-            goodput_ms=scenario.measurement.goodput,
-        ),
-        "wall_time_s": wall,
-        "specsim_version": __version__,
-    }
+    summary = summarize(
+        requests,
+        source,
+        irregular,
+        irregular_at,
+        scenario.measurement.warmup_requests,
+        simulation.memory.num_blocks,
+        scenario=scenario.name,
+        method=scenario.speculation.method,
+        seed=scenario.seed,
+        prefix_caching=simulation.engine.enable_prefix_caching,
+        trim_fractions=scenario.measurement.trim_fractions,
+        goodput_ms=scenario.measurement.goodput,
+    )
+    summary = replace(summary, wall_time_s=wall, specsim_version=__version__)
     resolved = resolved_document(scenario, simulation.engine)
     memory = simulation.memory
     resolved["derived"] = {

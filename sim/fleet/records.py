@@ -11,6 +11,7 @@ there a request's first token reaches the client with its KV, at ``decode_arriva
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from sim import __version__
 from sim.metrics import summarize
 from sim.run import REQUEST_COLUMNS, ScenarioResult, resolved_document
 from sim.scenario import Scenario
+from sim.summary import DistributionMs
 
 if TYPE_CHECKING:
     from sim.fleet.build import ReplicaGroup
@@ -114,7 +116,7 @@ class FleetRecords:
 
 
 def _replica_summary(
-    replica: Replica, records: FleetRecords, warmup: int, speculative: bool
+    replica: Replica, records: FleetRecords, warmup: int, scenario: Scenario
 ) -> dict[str, Any]:
     core = replica.core
     served = np.flatnonzero(
@@ -132,11 +134,13 @@ def _replica_summary(
         irregular_at,
         0,
         core.kv.num_blocks,
-        speculative,
+        scenario=scenario.name,
+        method=scenario.speculation.method,
+        seed=scenario.seed,
     )
     if group.role == "decode":
         # A decode replica's requests arrive with their first token: TTFT is the fleet's.
-        summary["ttft_ms"] = {key: None for key in summary["ttft_ms"]}
+        summary = replace(summary, ttft_ms=DistributionMs.empty())
     return {
         "replica": replica.index,
         "role": group.role,
@@ -145,7 +149,7 @@ def _replica_summary(
         "num_gpus": group.num_gpus,
         "num_kv_blocks": core.kv.num_blocks,
         "num_routed": replica.num_routed,
-        **summary,
+        **summary.measures(),
     }
 
 
@@ -159,15 +163,20 @@ def fleet_result(
 ) -> ScenarioResult:
     """The fleet-wide result: summary (a node's keys plus ``fleet``), records, resolved scenario."""
     warmup = scenario.measurement.warmup_requests
-    speculative = scenario.speculation.method != "none"
     steps = records.steps()
     irregular, irregular_at = records.irregular_itl()
-    per_replica = [_replica_summary(r, records, warmup, speculative) for r in records.replicas]
-    summary_core = summarize(
-        records.requests, steps, irregular, irregular_at, warmup, 1, speculative
+    per_replica = [_replica_summary(r, records, warmup, scenario) for r in records.replicas]
+    fleet_wide = summarize(
+        records.requests,
+        steps,
+        irregular,
+        irregular_at,
+        warmup,
+        1,
+        scenario=scenario.name,
+        method=scenario.speculation.method,
+        seed=scenario.seed,
     )
-    summary_core["sim_duration_s"] = max(s["sim_duration_s"] for s in per_replica)
-    summary_core["kv_cache_peak_usage"] = max(s["kv_cache_peak_usage"] for s in per_replica)
     num_gpus = sum(g.count * g.num_gpus for g in groups)
     fleet: dict[str, Any] = {
         "shape": "colocated" if config.disaggregation is None else "disaggregated",
@@ -184,15 +193,14 @@ def fleet_result(
         }
         moved = records.requests["kv_transfer_s"][records.requests["kv_transfer_s"] > 0]
         fleet["kv_transfer_ms_mean"] = float(moved.mean() * 1e3) if len(moved) else None
-    summary = {
-        "scenario": scenario.name,
-        "method": scenario.speculation.method,
-        "seed": scenario.seed,
-        **summary_core,
-        "fleet": fleet,
-        "wall_time_s": wall_time_s,
-        "specsim_version": __version__,
-    }
+    summary = replace(
+        fleet_wide,
+        sim_duration_s=max(s["sim_duration_s"] for s in per_replica),
+        kv_cache_peak_usage=max(s["kv_cache_peak_usage"] for s in per_replica),
+        fleet=fleet,
+        wall_time_s=wall_time_s,
+        specsim_version=__version__,
+    )
     first = groups[0].simulation
     resolved = resolved_document(scenario, first.engine)
     resolved["derived"] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.table import Table
@@ -12,12 +13,9 @@ def _ms(distribution: dict[str, float | None], stat: str) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def replica_table(summary: dict[str, Any]) -> Table:
-    """One row per replica: role, GPU, requests routed there, its latencies and KV peak.
-
-    Raise KeyError if ``summary`` is not a fleet's (it has no ``fleet`` key).
-    """
-    fleet = summary["fleet"]
+def replica_table(fleet: Mapping[str, Any]) -> Table:
+    """One row per replica of a fleet summary's ``fleet`` section: role, GPU, requests routed
+    there, its latencies and KV peak."""
     title = (
         f"{fleet['shape']} fleet: {fleet['num_replicas']} replicas, {fleet['num_gpus']} GPUs, "
         f"router {fleet['router']}"
