@@ -75,23 +75,14 @@ def distribution_ms(values_s: FloatArray) -> DistributionMs:
 
 
 def itl_distribution_ms(sample: ItlSample) -> DistributionMs:
-    """As :func:`weighted_distribution_ms` for the streamed ITL sample: the mean exactly
-    rounded, the percentiles by exact selection (:mod:`sim.step_stats`)."""
+    """As :func:`distribution_ms` for the streamed ITL sample, a multiset of step durations
+    weighted by their regular gaps: the mean exactly rounded, the percentiles by exact selection
+    (:mod:`sim.step_stats`)."""
     total = sample.total()
     if total == 0:
         return DistributionMs.empty()
     p50, p90, p99 = sample.percentiles_ms(total, PERCENTILES)
     return DistributionMs(sample.sum_ms() / total, p50, p90, p99)
-
-
-def weighted_distribution_ms(values_s: FloatArray, weights: NDArray[np.integer]) -> DistributionMs:
-    """As :func:`distribution_ms` for a weighted sample."""
-    total = int(weights.sum())
-    if total == 0:
-        return DistributionMs.empty()
-    ms = values_s * 1e3
-    p50, p90, p99 = weighted_percentiles(ms, weights, PERCENTILES)
-    return DistributionMs(float((ms * weights).sum() / total), p50, p90, p99)
 
 
 @dataclass(frozen=True)

@@ -42,11 +42,6 @@ from sim.run import ScenarioResult
 from sim.scenario import MeasurementConfig
 from sim.step_stats import ItlSample, max_tokens_per_second
 
-#: What ``vllm bench serve`` calls each latency, and the benchmark's default selection.
-PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
-DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")
-DEFAULT_METRIC_PERCENTILES = (99.0,)
-
 
 def vllm_key(metric: str, stat: str) -> str:
     """The benchmark's key of a specsim statistic: ``ttft``/``ttft_ms`` and ``mean``, ``p50``

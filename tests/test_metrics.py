@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from sim.metrics import (
     distribution_ms,
     summarize,
-    weighted_distribution_ms,
     weighted_percentiles,
 )
 from sim.run import build_simulation, execute
@@ -54,15 +53,13 @@ def test_weighted_percentiles_of_nothing_are_nan() -> None:
 def test_distributions_of_empty_samples_are_null() -> None:
     empty = DistributionMs(mean=None, p50=None, p90=None, p99=None)
     assert distribution_ms(np.zeros(0)) == empty
-    assert weighted_distribution_ms(np.array([1.0]), np.array([0])) == empty
 
 
-def test_weighted_distribution_mean_and_percentiles_in_ms() -> None:
-    # Samples 0.01 s ×3 and 0.03 s ×1: mean (30 + 30) / 4 = 15 ms; p50 of [10, 10, 10, 30] = 10.
-    got = weighted_distribution_ms(np.array([0.01, 0.03]), np.array([3, 1]))
-    assert got.mean == pytest.approx(15.0)
-    assert got.p50 == pytest.approx(10.0)
-    assert got.p99 == pytest.approx(10.0 + 20.0 * 0.97)  # position 2.97 between 10 and 30
+def test_weighted_percentiles_of_a_small_multiset() -> None:
+    # 10 ms ×3 and 30 ms ×1: p50 of [10, 10, 10, 30] = 10; p99 at position 2.97, between 10 and 30.
+    p50, p99 = weighted_percentiles(np.array([10.0, 30.0]), np.array([3, 1]), (50, 99))
+    assert p50 == pytest.approx(10.0)
+    assert p99 == pytest.approx(10.0 + 20.0 * 0.97)
 
 
 # --- summarize on hand-built records ----------------------------------------------------------
