@@ -6,7 +6,7 @@ lengths. MT-bench single-turn prompts are short; we take 100 prompt tokens (ques
 template) and 212 output tokens, the mean output of vLLM's MT-bench speculative runs (16,990
 tokens over 80 prompts, vllm-project/vllm issue #26191, at the example's 256-token cap). Each row
 says whether it was used to fit a coefficient (``calibration/draft_overhead.py``, the engine
-presets) or is a check the simulator was not fitted to. COST_MODEL.md lists the points.
+presets) or is a check the simulator was not fitted to. docs/validation.md lists the points.
 
 Run ``python -m sim.validate`` to print the table.
 """
