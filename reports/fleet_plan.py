@@ -284,7 +284,7 @@ def _probe(
     assert fleet is not None, "a fleet run's summary holds its fleet section"
     return FleetProbe(
         num_units=num_units,
-        num_gpus=int(fleet["num_gpus"]),
+        num_gpus=fleet.num_gpus,
         holds=all(seed_holds),
         seed_holds=seed_holds,
         served_fraction=served,

@@ -120,7 +120,7 @@ class Summary:
     num_good_requests: int | None = None
     good_request_fraction: float | None = None
     request_goodput_req_s: float | None = None
-    fleet: Mapping[str, Any] | None = None
+    fleet: FleetSummary | None = None
     wall_time_s: float | None = None
     specsim_version: str | None = None
 
@@ -148,6 +148,9 @@ class Summary:
         if "measurement_window_s" in values:
             start, end = values["measurement_window_s"]
             values["measurement_window_s"] = (start, end)
+        if "fleet" in values:
+            identity = {key: summary.get(key) for key in IDENTITY_KEYS}
+            values["fleet"] = FleetSummary.from_dict(values["fleet"], identity)
         try:
             return cls(**values)
         except TypeError as error:
@@ -190,6 +193,8 @@ class Summary:
                 value = value.as_dict()
             elif key == "measurement_window_s":
                 value = list(value)
+            elif isinstance(value, FleetSummary):
+                value = value.to_dict()
             elif isinstance(value, Mapping):
                 value = dict(value)
             out[key] = value
@@ -215,11 +220,94 @@ class Summary:
                     row[f"goodput_{metric}_ms"] = bound
             elif key == "measurement_window_s":
                 row["measurement_start_s"], row["measurement_end_s"] = value
-            elif isinstance(value, Mapping):
-                row[key] = json.dumps(dict(value))
+            elif isinstance(value, FleetSummary):
+                row[key] = json.dumps(value.to_dict())
             else:
                 row[key] = value
         return row
+
+
+@dataclass(frozen=True)
+class ReplicaSummary:
+    """One replica of a fleet: where it sits and what it measured on the requests it served
+    (its own :class:`Summary`, named as the run; a decode replica's TTFT is empty, the fleet's
+    being the one its clients see)."""
+
+    replica: int
+    role: str
+    group: str
+    gpu: str
+    num_gpus: int
+    num_kv_blocks: int
+    num_routed: int
+    measures: Summary
+
+    def to_dict(self) -> dict[str, Any]:
+        """The replica's entry in ``summary.json``: its place, then its measures."""
+        head = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "measures"}
+        return {**head, **self.measures.measures()}
+
+
+@dataclass(frozen=True)
+class FleetLink:
+    """The link a disaggregated fleet moves KV over, per GPU, and where its figures come from."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    source: str
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    """A fleet run's ``fleet`` section: its shape and router, size, and each replica's summary;
+    a disaggregated fleet adds its KV link and the mean KV transfer time (None if none moved)."""
+
+    shape: str
+    router: str
+    num_replicas: int
+    num_gpus: int
+    replicas: tuple[ReplicaSummary, ...]
+    link: FleetLink | None = None
+    kv_transfer_ms_mean: float | None = None
+
+    @classmethod
+    def from_dict(cls, fleet: Mapping[str, Any], identity: Mapping[str, Any]) -> FleetSummary:
+        """Read a ``fleet`` section; ``identity`` names the run (each replica's summary takes it).
+
+        Raise ValueError naming the key if the section or a replica's entry does not read.
+        """
+        try:
+            values = dict(fleet)
+            head = {f.name for f in fields(ReplicaSummary)} - {"measures"}
+            replicas = []
+            for entry in values.pop("replicas"):
+                place = {key: entry[key] for key in entry if key in head}
+                measures = {key: entry[key] for key in entry if key not in head}
+                summary = Summary.from_dict({**identity, **measures})
+                replicas.append(ReplicaSummary(**place, measures=summary))
+            link = values.pop("link", None)
+            return cls(
+                **values,
+                replicas=tuple(replicas),
+                link=FleetLink(**link) if link is not None else None,
+            )
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"summary: fleet: {error}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as ``summary.json`` holds it (the link and transfer time only when the
+        fleet has a link)."""
+        out: dict[str, Any] = {
+            "shape": self.shape,
+            "router": self.router,
+            "num_replicas": self.num_replicas,
+            "num_gpus": self.num_gpus,
+            "replicas": [replica.to_dict() for replica in self.replicas],
+        }
+        if self.link is not None:
+            out["link"] = {f.name: getattr(self.link, f.name) for f in fields(self.link)}
+            out["kv_transfer_ms_mean"] = self.kv_transfer_ms_mean
+        return out
 
 
 _METRIC_OF_KEY = {f"{metric}_ms": metric for metric in LATENCY_METRICS}

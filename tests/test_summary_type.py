@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from reports.slo import parse_slo, slo_value
+from sim.output import write_json
 from sim.run import run_scenario
 from sim.scenario import validate_document
 from sim.summary import STATS, DistributionMs, Summary
@@ -60,6 +61,30 @@ def test_a_run_with_every_optional_section_round_trips() -> None:
     assert row["wall_time_s"] == raw["wall_time_s"]
     (term,) = parse_slo("tpot_p90_ms<=50")
     assert slo_value(summary, term) == raw["tpot_ms"]["p90"] == summary.tpot_ms.p90
+
+
+def test_a_fleet_summary_is_typed_to_its_replicas_and_reads_back(tmp_path: Path) -> None:
+    document = {
+        "workload": {"num_requests": 60},
+        "fleet": {"replicas": 2, "router": "least_outstanding"},
+    }
+    summary = run_scenario(validate_document(document, "test"), ROOT).summary
+    assert summary.fleet is not None and summary.fleet.num_replicas == 2
+    replicas = summary.fleet.replicas
+    assert sum(r.num_routed for r in replicas) == 60
+    # The fleet-wide figures that do not add up are the replicas' extremes (sim/fleet/records.py).
+    assert summary.sim_duration_s == max(r.measures.sim_duration_s for r in replicas)
+    assert summary.kv_cache_peak_usage == max(r.measures.kv_cache_peak_usage for r in replicas)
+    write_json(tmp_path / "summary.json", summary.to_dict())
+    text = (tmp_path / "summary.json").read_text(encoding="utf-8")
+    again = Summary.from_dict(json.loads(text))
+    assert again.fleet is not None and again.fleet.replicas[1].measures.method == summary.method
+    write_json(tmp_path / "again.json", again.to_dict())
+    assert (tmp_path / "again.json").read_text(encoding="utf-8") == text
+    broken = json.loads(text)
+    del broken["fleet"]["replicas"][0]["num_routed"]
+    with pytest.raises(ValueError, match="summary: fleet"):
+        Summary.from_dict(broken)
 
 
 def test_a_summary_is_frozen_and_refuses_keys_it_does_not_know() -> None:

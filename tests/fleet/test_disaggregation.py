@@ -71,7 +71,7 @@ def test_disaggregated_tokens_are_conserved() -> None:
     # Decode replicas never prefill a prompt: their steps compute one token per new request.
     decode_prefill = steps["num_prefill_tokens"][steps["replica"] > 0].sum()
     assert decode_prefill == (r["output_tokens"] > 1).sum()
-    roles = [p["role"] for p in result.summary.fleet["replicas"]]
+    roles = [p.role for p in result.summary.fleet.replicas]
     assert roles == ["prefill", "decode", "decode"]
 
 

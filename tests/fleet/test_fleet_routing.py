@@ -53,10 +53,10 @@ def test_every_request_is_served_once_by_one_replica(router: str) -> None:
     replica = r["replica"]
     assert ((replica >= 0) & (replica < 3)).all()
     assert not np.isnan(r["finished_at_s"]).any()
-    per_replica = result.summary.fleet["replicas"]
-    assert sum(p["num_routed"] for p in per_replica) == len(replica)
-    assert [p["num_routed"] for p in per_replica] == np.bincount(replica, minlength=3).tolist()
-    assert sum(p["num_completed"] for p in per_replica) == len(replica)
+    per_replica = result.summary.fleet.replicas
+    assert sum(p.num_routed for p in per_replica) == len(replica)
+    assert [p.num_routed for p in per_replica] == np.bincount(replica, minlength=3).tolist()
+    assert sum(p.measures.num_completed for p in per_replica) == len(replica)
     # Each replica's steps emitted exactly the output tokens of the requests it served.
     steps = result.steps
     for index in range(3):
