@@ -72,11 +72,11 @@ def bench_result(document: dict[str, Any], concurrency: int | None) -> dict[str,
         "total_token_throughput": s.total_token_throughput_tok_s,
     }
     for metric in ("ttft", "tpot", "itl"):
-        block = s[f"{metric}_ms"]
-        out[f"mean_{metric}_ms"] = block["mean"]
-        out[f"median_{metric}_ms"] = block["p50"]
+        block = s.latency_ms(metric)
+        out[f"mean_{metric}_ms"] = block.mean
+        out[f"median_{metric}_ms"] = block.p50
         out[f"std_{metric}_ms"] = float(np.std(ttft)) if metric == "ttft" else 0.0
-        out[f"p99_{metric}_ms"] = block["p99"]
+        out[f"p99_{metric}_ms"] = block.p99
     return out
 
 
