@@ -46,7 +46,7 @@ SPEED_POLICIES: tuple[dict[str, Any], ...] = (
 
 def _run(document: dict[str, Any]) -> tuple[dict[str, Any], float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
-    summary = run_scenario(validate_document(document, "bench"), REPO).summary
+    summary = run_scenario(validate_document(document, "bench"), REPO).summary.to_dict()
     return summary, time.perf_counter() - wall, time.process_time() - cpu
 
 

@@ -57,7 +57,7 @@ def reproduce(path: Path, profile: Path) -> list[tuple[str, float, float]]:
         document = dict(experiment.document, name=f"check-{n}")
         document["engine"] = {"preset": "vllm-v1", "profile": str(profile)}
         result = run_scenario(validate_document(document, label), Path.cwd())
-        rows.append((label, run.aggregates["mean_tpot_ms"], result.summary["tpot_ms"]["mean"]))
+        rows.append((label, run.aggregates["mean_tpot_ms"], result.summary.tpot_ms.mean))
     return rows
 
 

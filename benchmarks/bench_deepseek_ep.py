@@ -26,7 +26,7 @@ from pathlib import Path
 from sim.run import run_scenario
 from sim.scenario import validate_document
 document = json.loads(sys.argv[1])
-summary = run_scenario(validate_document(document, "bench"), Path(".")).summary
+summary = run_scenario(validate_document(document, "bench"), Path(".")).summary.to_dict()
 figures = {k: summary[k] for k in ("num_steps", "num_completed", "wall_time_s")}
 figures["tpot_mean_ms"] = summary["tpot_ms"]["mean"]
 figures["output_tok_s"] = summary["output_throughput_tok_s"]

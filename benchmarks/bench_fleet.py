@@ -26,7 +26,7 @@ import json, resource, sys
 from sim.run import run_scenario
 from sim.scenario import load_scenario
 scenario, base_dir = load_scenario(None, sys.argv[1:])
-summary = run_scenario(scenario, base_dir).summary
+summary = run_scenario(scenario, base_dir).summary.to_dict()
 figures = {k: summary[k] for k in ("num_steps", "num_completed", "wall_time_s",
            "request_throughput_req_s")}
 figures["ttft_p99_ms"] = summary["ttft_ms"]["p99"]

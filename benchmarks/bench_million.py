@@ -30,11 +30,11 @@ scenario, base_dir = load_scenario(Path(sys.argv[1]), sys.argv[3:])
 out = Path(tempfile.mkdtemp(prefix="bench-million-"))
 try:
     if summary_only:
-        summary = run_scenario(scenario, base_dir, step_records="summary").summary
+        summary = run_scenario(scenario, base_dir, step_records="summary").summary.to_dict()
     else:
         result = run_scenario(scenario, base_dir, steps_to=out)
         save_result(result, out)
-        summary = result.summary
+        summary = result.summary.to_dict()
     steps_mb = sum(p.stat().st_size for p in out.glob("steps.*")) / 1e6
 finally:
     shutil.rmtree(out)

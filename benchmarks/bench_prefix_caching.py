@@ -31,7 +31,7 @@ from pathlib import Path
 from sim.run import run_scenario
 from sim.scenario import load_scenario
 scenario, base_dir = load_scenario(Path(sys.argv[1]), sys.argv[2:])
-summary = run_scenario(scenario, base_dir).summary
+summary = run_scenario(scenario, base_dir).summary.to_dict()
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_time_s": summary["wall_time_s"], "num_steps": summary["num_steps"],
                   "cpu_s": usage.ru_utime + usage.ru_stime,

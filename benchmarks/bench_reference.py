@@ -36,7 +36,7 @@ from sim.scenario import load_scenario
 scenario, base_dir = load_scenario(Path(sys.argv[2]), sys.argv[3:])
 simulation = build_simulation(scenario, base_dir)
 simulation.core.compiled_cost = sys.argv[1] == "compiled"
-summary = execute(simulation).summary
+summary = execute(simulation).summary.to_dict()
 figures = {k: summary[k] for k in ("num_steps", "num_completed", "wall_time_s",
            "output_throughput_tok_s", "mean_acceptance_length")}
 usage = resource.getrusage(resource.RUSAGE_SELF)

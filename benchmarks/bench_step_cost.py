@@ -26,7 +26,7 @@ from sim.scenario import load_scenario
 scenario, base_dir = load_scenario(Path(sys.argv[1]), sys.argv[2:])
 simulation = build_simulation(scenario, base_dir)
 started = time.process_time()
-summary = execute(simulation).summary
+summary = execute(simulation).summary.to_dict()
 cpu_s = time.process_time() - started
 print(json.dumps({"num_steps": summary["num_steps"], "wall_time_s": summary["wall_time_s"],
                   "cpu_s": cpu_s}))

@@ -96,7 +96,7 @@ def simulate_tpot_ms(method: str, k: int, overheads: DraftOverheads) -> float:
     """Mean TPOT of the batch-1 validation scenario with the given overheads."""
     simulation = build_simulation(bs1_scenario(method, k), Path.cwd())
     simulation.strategy.overheads = overheads  # type: ignore[attr-defined]
-    return float(execute(simulation).summary["tpot_ms"]["mean"])
+    return execute(simulation).summary.tpot_ms.figure("mean")
 
 
 def design(points: list[FitPoint]) -> tuple[np.ndarray, np.ndarray]:

@@ -51,6 +51,7 @@ from calibration.parameters import (
 from sim.errors import CalibrationError, SpecsimError
 from sim.run import ScenarioResult, run_scenario
 from sim.scenario import validate_document
+from sim.summary import Summary
 from sim.workload.trace import TraceRequests
 
 MAX_ITERATIONS = 8
@@ -60,10 +61,8 @@ NUM_BOOTSTRAP, BOOTSTRAP_SEED = 200, 20264
 SIGMA_FLOOR = {"mean": 0.02, "p50": 0.03, "p99": 0.10, "throughput": 0.02}
 METRICS = ("ttft", "tpot", "itl")
 STATS = ("mean", "p50", "p99")
-THROUGHPUTS = {
-    "output_throughput": "output_throughput_tok_s",
-    "request_throughput": "request_throughput_req_s",
-}
+#: The throughput statistics (:func:`statistics_of`: output tokens and requests per second).
+THROUGHPUTS = ("output_throughput", "request_throughput")
 
 
 @dataclass(frozen=True)
@@ -115,16 +114,15 @@ def as_flags(message: str) -> str:
     return message
 
 
-def statistics_of(summary: dict[str, Any]) -> dict[str, float]:
+def statistics_of(summary: Summary) -> dict[str, float]:
     """The fit statistics of a simulated run's summary (NaN where the run has none)."""
     out: dict[str, float] = {}
     for metric in METRICS:
-        block = summary.get(f"{metric}_ms") or {}
         for stat in STATS:
-            value = block.get(stat)
+            value = summary.latency_stat_ms(metric, stat)
             out[f"{metric}_{stat}"] = float("nan") if value is None else float(value)
-    for name, key in THROUGHPUTS.items():
-        out[name] = float(summary.get(key, float("nan")))
+    out["output_throughput"] = float(summary.output_throughput_tok_s)
+    out["request_throughput"] = float(summary.request_throughput_req_s)
     return out
 
 

@@ -115,7 +115,7 @@ def scenario_for(row: TtftRow, frontend: dict[str, Any]) -> Scenario:
 def simulated_ttft_s(row: TtftRow, frontend: dict[str, Any]) -> float:
     """Mean TTFT the simulator predicts for ``row`` with the given front-end keys."""
     summary = run_scenario(scenario_for(row, frontend), Path.cwd()).summary
-    return float(summary["ttft_ms"]["mean"]) / 1e3
+    return summary.ttft_ms.figure("mean") / 1e3
 
 
 def engine_ttft_s(row: TtftRow) -> float:

@@ -235,7 +235,7 @@ def simulate_tpot_ms(rows: list[Row], preset: str, values_s: dict[str, float]) -
     out = []
     for row in rows:
         summary = run_scenario(row_scenario(row, preset, values_s), Path.cwd()).summary
-        out.append(summary["tpot_ms"]["mean"])
+        out.append(summary.tpot_ms.mean)
     return np.asarray(out, dtype=np.float64)
 
 

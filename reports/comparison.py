@@ -33,13 +33,11 @@ from sim.output import atomic_write, write_table
 from sim.results import save_result
 from sim.run import ScenarioResult, run_scenario
 from sim.scenario import METHODS, validate_document
-from sim.summary import Summary
+from sim.speculation import CHAIN_ONLY_METHODS
 
 BASELINE = "none"
 COMPARISON_FILE = "comparison.csv"
 FIGURE_FILE = "comparison.png"
-#: Methods that draft a single chain: a ``tree`` key means nothing to them.
-CHAIN_ONLY_METHODS = frozenset({"ngram", "draft_model", "mtp", "lookahead"})
 #: Columns read from the summary into the table, in table order.
 METRIC_COLUMNS = (
     "output_throughput_tok_s",
@@ -340,7 +338,7 @@ def comparison_frame(runs: list[MethodRun]) -> pd.DataFrame:
             "reason": run.reason,
             "adjustments": "; ".join(run.adjustments) or None,
         }
-        flat = Summary.from_dict(run.result.summary).flat() if run.result is not None else {}
+        flat = run.result.summary.flat() if run.result is not None else {}
         for column in METRIC_COLUMNS:
             row[column] = _metric(flat, column)
         rows.append(row)

@@ -35,6 +35,7 @@ from reports.slo import SloTerm, slo_value
 from sim.errors import ScenarioError
 from sim.run import run_scenario
 from sim.scenario import Scenario, validate_document
+from sim.summary import Summary
 
 #: A fleet keeps up when, over the second half of the arrivals, it finishes at least this share
 #: of the requests that arrive in that window (a growing backlog fails it).
@@ -279,19 +280,21 @@ def _probe(
         all(term.holds(values[term.key][i]) for term in slo) and served[i] >= MIN_SERVED_FRACTION
         for i in range(len(seeds))
     ]
+    fleet = summaries[0].fleet
+    assert fleet is not None, "a fleet run's summary holds its fleet section"
     return FleetProbe(
         num_units=num_units,
-        num_gpus=int(summaries[0]["fleet"]["num_gpus"]),
+        num_gpus=fleet.num_gpus,
         holds=all(seed_holds),
         seed_holds=seed_holds,
         served_fraction=served,
         values_ms=values,
-        request_throughput_req_s=[float(s["request_throughput_req_s"]) for s in summaries],
-        output_throughput_tok_s=[float(s["output_throughput_tok_s"]) for s in summaries],
+        request_throughput_req_s=[float(s.request_throughput_req_s) for s in summaries],
+        output_throughput_tok_s=[float(s.output_throughput_tok_s) for s in summaries],
     )
 
 
-def fleet_run(document: dict[str, Any], base_dir: Path, where: str) -> tuple[dict[str, Any], float]:
+def fleet_run(document: dict[str, Any], base_dir: Path, where: str) -> tuple[Summary, float]:
     """One fleet run: its summary and :func:`served_fraction`. Raise SpecsimError if it cannot
     be built."""
     result = run_scenario(validate_document(document, where), base_dir)

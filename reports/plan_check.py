@@ -52,7 +52,9 @@ def long_run(
     result = run_scenario(validate_document(probe, source), base_dir, step_records="summary")
     summary, requests = result.summary, result.requests
     judgement = judge_run(requests, result.steps, targets, PROBE_TRIM_FRACTIONS)
-    served = summary["request_throughput_req_s"] / summary["offered_rate_req_s"]
+    offered = summary.offered_rate_req_s
+    assert offered is not None, "a probe measures a steady window, which has an offered rate"
+    served = summary.request_throughput_req_s / offered
     values: dict[str, float | None] = {}
     holds = served >= MIN_SERVED_SHARE
     for target in targets:
@@ -70,7 +72,7 @@ def long_run(
             values[target.key] = value
             holds = holds and value >= target.min_fraction
         else:
-            stat = summary[f"{target.metric}_ms"][target.stat]
+            stat = summary.latency_stat_ms(target.metric, target.stat)
             values[target.key] = stat
             holds = holds and target.holds(stat)
     slope = next((c for c in judgement["checks"] if c["name"] == "waiting_time_slope"), None)

@@ -102,7 +102,7 @@ def run_saturation(
         result = run_scenario(validate_document(closed, source), Path(base_dir))
     except SpecsimError as exc:
         return str(exc)
-    return float(result.summary["request_throughput_req_s"])
+    return float(result.summary.request_throughput_req_s)
 
 
 def run_probe(
@@ -119,7 +119,8 @@ def run_probe(
         judgement = judge_run(result.requests, result.steps, targets, PROBE_TRIM_FRACTIONS)
     except ValueError as exc:
         return f"{source}: {exc}"
-    summary = {key: result.summary[key] for key in KEPT_SUMMARY_KEYS}
+    written = result.summary.to_dict()
+    summary = {key: written[key] for key in KEPT_SUMMARY_KEYS}
     return {"judgement": judgement, "summary": summary}
 
 

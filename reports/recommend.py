@@ -37,7 +37,6 @@ from reports.recommend_candidates import (
     common_dataset,
 )
 from sim.errors import SpecsimError
-from sim.summary import Summary
 
 #: Fraction by which a drafting method must cut mean latency below ``none`` to be recommended.
 MIN_GAIN = 0.03
@@ -99,7 +98,7 @@ def simulate(
         variant["workload"] = {**document["workload"], "temperature": temperature}
     scenario = validate_document(variant, f"candidate {candidate.label}")
     result = run_scenario(scenario, Path.cwd())
-    summary = Summary.from_dict(result.summary)
+    summary = result.summary
     support = str(
         result.resolved_scenario["derived"]["strategy"].get("engine_support", "supported")
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from sim.errors import ScenarioError
 from sim.scenario import SLO_METRICS, SLO_STATS
@@ -84,7 +83,7 @@ def slo_from_mapping(mapping: dict[str, float]) -> list[SloTerm]:
     return [_term(key, float(bound), False, f"slo.{key}") for key, bound in mapping.items()]
 
 
-def slo_value(summary: dict[str, Any], term: SloTerm) -> float | None:
+def slo_value(summary: Summary, term: SloTerm) -> float | None:
     """The figure ``term`` bounds, read from a run's summary (None when it had no samples)."""
-    value = Summary.from_dict(summary).latency_ms(term.metric).stat(term.stat)
+    value = summary.latency_stat_ms(term.metric, term.stat)
     return None if value is None else float(value)

@@ -24,8 +24,9 @@ from reports.sweep_grid import HASH_CHARS, GridAxis, SweepPoint
 from sim.errors import OutputError, SpecsimError
 from sim.output import check_output_folder, write_json, write_table, write_yaml
 from sim.pool import pool_worker_init
-from sim.results import SCENARIO_FILE, SUMMARY_FILE, load_summary, save_result
+from sim.results import save_result
 from sim.run import ScenarioResult, run_scenario
+from sim.run_folder import SUMMARY_FILE, RunFolder
 from sim.scenario import validate_document
 from sim.summary import Summary
 from sim.vllm_bench import vllm_bench_result
@@ -72,12 +73,10 @@ def point_dir(out_dir: Path, point_id: str) -> Path:
     return out_dir / POINTS_DIR / point_id
 
 
-def finished_summary(out_dir: Path, point_id: str) -> dict[str, Any] | None:
+def finished_summary(out_dir: Path, point_id: str) -> Summary | None:
     """The summary of a point finished by an earlier run, or None."""
-    folder = point_dir(out_dir, point_id)
-    if not (folder / SUMMARY_FILE).is_file():
-        return None
-    return load_summary(folder)
+    folder = RunFolder(point_dir(out_dir, point_id))
+    return folder.load_summary() if folder.is_complete() else None
 
 
 def save_outcome(out_dir: Path, point: SweepPoint, outcome: PointOutcome) -> None:
@@ -85,7 +84,7 @@ def save_outcome(out_dir: Path, point: SweepPoint, outcome: PointOutcome) -> Non
     folder = point_dir(out_dir, point.point_id)
     folder.mkdir(parents=True, exist_ok=True)
     if outcome.result is None:
-        write_yaml(folder / SCENARIO_FILE, point.resolved)
+        write_yaml(RunFolder(folder).scenario, point.resolved)
         (folder / ERROR_FILE).write_text(f"{outcome.error}\n", encoding="utf-8")
         return
     (folder / ERROR_FILE).unlink(missing_ok=True)
@@ -158,15 +157,7 @@ def write_manifest(
     write_json(out_dir / MANIFEST_FILE, document)
 
 
-def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """A summary as one flat row (:meth:`sim.summary.Summary.flat`): ``ttft_ms.p99`` becomes
-    ``ttft_p99_ms``; the window becomes two columns; the fleet section one JSON cell."""
-    return Summary.from_dict(summary).flat()
-
-
-def table_row(
-    point: SweepPoint, summary: dict[str, Any] | None, error: str | None
-) -> dict[str, Any]:
+def table_row(point: SweepPoint, summary: Summary | None, error: str | None) -> dict[str, Any]:
     """One row of the sweep table: identity, grid values, status and flattened metrics."""
     row: dict[str, Any] = {"point": point.point_id}
     for key, value in point.values.items():
@@ -177,7 +168,7 @@ def table_row(
         )
     if summary is not None:
         row["status"], row["error"] = "ok", None
-        for key, value in flatten_summary(summary).items():
+        for key, value in summary.flat().items():
             row.setdefault(key, value)
     else:
         row["status"] = "failed" if error is not None else "pending"
@@ -223,7 +214,7 @@ def run_sweep(
     at ``scheduler``. Ctrl-C stops the sweep with every finished point kept and the table
     written. Raise SpecsimError if the scheduler cannot be reached.
     """
-    summaries: dict[str, dict[str, Any]] = {}
+    summaries: dict[str, Summary] = {}
     errors: dict[str, str] = {}
     outcome = SweepOutcome(pd.DataFrame())
     pending: list[SweepPoint] = []
@@ -256,7 +247,7 @@ def run_sweep(
 def write_sweep_table(
     out_dir: Path,
     points: list[SweepPoint],
-    summaries: dict[str, dict[str, Any]],
+    summaries: dict[str, Summary],
     errors: dict[str, str],
 ) -> pd.DataFrame:
     """Write ``sweep.csv`` (and ``sweep.parquet`` when pyarrow is installed); return the table."""

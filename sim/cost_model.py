@@ -1,6 +1,7 @@
 """How long one engine step takes on the modelled node: a sum of per-operator-class rooflines.
 
-``T_step = T_fixed + T_linear + T_attention + T_allreduce + T_sample (+ T_draft)`` (COST_MODEL.md):
+``T_step = T_fixed + T_linear + T_attention + T_allreduce + T_sample (+ T_draft)``
+(docs/cost-model.md):
 
 * linear layers: ``max(w_bytes/(TP·η_bw·BW), 2·P·N/(TP·η_fl·F))`` — the weights are read once per
   step whatever the batch, the FLOPs grow with the tokens ``N`` in the step (per-operator rooflines,

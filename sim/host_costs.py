@@ -208,8 +208,6 @@ class HostCostModel:
 HOST_COSTS_FILE = "data/host_costs.yaml"
 #: Scheduling settings a speculative rule may change (the engine's own defaults for that method).
 RULE_SETTINGS = ("max_num_seqs", "chunked_prefill", "max_prefills_per_step")
-#: How an engine forms batches: mixed prefill and decode steps or not (``SchedulerConfig``).
-BATCHING_KEYS = ("mixed_batches",)
 #: Host-cost fields a speculative rule may change.
 RULE_COSTS = ("cpu_overlap", "cuda_graph_padding", "verify_batch_expansion")
 

@@ -26,13 +26,13 @@ Definitions (``docs/metrics.md`` has the glossary):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
 from sim.step_stats import ItlSample, StepSource, as_source, step_totals
+from sim.summary import DistributionMs, Summary
 
 FloatArray = NDArray[np.float64]
 PERCENTILES = (50, 90, 99)
@@ -65,42 +65,24 @@ def weighted_percentiles(
     return out
 
 
-def distribution_ms(values_s: FloatArray) -> dict[str, float | None]:
+def distribution_ms(values_s: FloatArray) -> DistributionMs:
     """Mean and percentiles of a sample in seconds, reported in milliseconds."""
     if len(values_s) == 0:
-        return {"mean": None, **{f"p{q}": None for q in PERCENTILES}}
+        return DistributionMs.empty()
     ms = values_s * 1e3
-    pct = np.percentile(ms, PERCENTILES)
-    return {
-        "mean": float(ms.mean()),
-        **{f"p{q}": float(v) for q, v in zip(PERCENTILES, pct, strict=True)},
-    }
+    p50, p90, p99 = (float(v) for v in np.percentile(ms, PERCENTILES))
+    return DistributionMs(float(ms.mean()), p50, p90, p99)
 
 
-def itl_distribution_ms(sample: ItlSample) -> dict[str, float | None]:
-    """As :func:`weighted_distribution_ms` for the streamed ITL sample: the mean exactly
-    rounded, the percentiles by exact selection (:mod:`sim.step_stats`)."""
+def itl_distribution_ms(sample: ItlSample) -> DistributionMs:
+    """As :func:`distribution_ms` for the streamed ITL sample, a multiset of step durations
+    weighted by their regular gaps: the mean exactly rounded, the percentiles by exact selection
+    (:mod:`sim.step_stats`)."""
     total = sample.total()
     if total == 0:
-        return {"mean": None, **{f"p{q}": None for q in PERCENTILES}}
-    pct = sample.percentiles_ms(total, PERCENTILES)
-    return {
-        "mean": sample.sum_ms() / total,
-        **{f"p{q}": v for q, v in zip(PERCENTILES, pct, strict=True)},
-    }
-
-
-def weighted_distribution_ms(
-    values_s: FloatArray, weights: NDArray[np.integer]
-) -> dict[str, float | None]:
-    """As :func:`distribution_ms` for a weighted sample."""
-    total = int(weights.sum())
-    if total == 0:
-        return {"mean": None, **{f"p{q}": None for q in PERCENTILES}}
-    ms = values_s * 1e3
-    pct = weighted_percentiles(ms, weights, PERCENTILES)
-    mean = float((ms * weights).sum() / total)
-    return {"mean": mean, **{f"p{q}": v for q, v in zip(PERCENTILES, pct, strict=True)}}
+        return DistributionMs.empty()
+    p50, p90, p99 = sample.percentiles_ms(total, PERCENTILES)
+    return DistributionMs(sample.sum_ms() / total, p50, p90, p99)
 
 
 @dataclass(frozen=True)
@@ -182,20 +164,24 @@ def summarize(
     irregular_itl_at_s: FloatArray,
     warmup_requests: int,
     num_kv_blocks: int,
-    speculative: bool,
-    prefix_caching: bool = False,
     *,
+    scenario: str,
+    method: str,
+    seed: int,
+    prefix_caching: bool = False,
     trim_fractions: tuple[float, float] = (0.0, 0.0),
     goodput_ms: dict[str, float] | None = None,
-) -> dict[str, Any]:
-    """The run's headline metrics from its records (keys of the public ``summary.json``).
+) -> Summary:
+    """The run's headline metrics from its records, named by ``scenario``, ``method``, ``seed``.
 
+    Acceptance figures count drafts when ``method`` is not ``"none"``.
     ``prefix_cache_hit_rate`` is None when prefix caching is off. The steady window (non-zero
     ``trim_fractions``) adds ``measurement_window``, ``offered_rate_req_s`` and
     ``num_arrivals_in_window``; ``goodput_ms`` adds ``request_goodput_req_s``,
-    ``num_good_requests`` and ``good_request_fraction``. Raise ValueError if a trim fraction or a
-    goodput key is invalid.
+    ``num_good_requests`` and ``good_request_fraction``. The run's wall time and version are
+    the caller's to add. Raise ValueError if a trim fraction or a goodput key is invalid.
     """
+    speculative = method != "none"
     window = measurement_window(
         requests["arrival_at_s"], requests["finished_at_s"], warmup_requests, trim_fractions
     )
@@ -230,52 +216,58 @@ def summarize(
     accepted = requests["num_accepted"][done].sum()
     # Integer sums are exact, so sum / count is numpy's mean to the last bit.
     window_steps = totals.num_window_steps
-    summary: dict[str, Any] = {
-        "num_requests": int(window.kept.sum()),
-        "num_completed": int(done.sum()),
-        "sim_duration_s": totals.last_end_s,
-        "measurement_window_s": [window_start, window_end],
-        "num_steps": totals.num_steps,
-        "output_throughput_tok_s": served_out / duration,
-        "request_throughput_req_s": served / duration,
-        "total_token_throughput_tok_s": served_total / duration,
-        "ttft_ms": distribution_ms(ttft),
-        "tpot_ms": distribution_ms(tpot),
-        "itl_ms": itl_distribution_ms(itl),
-        "e2e_latency_ms": distribution_ms(e2e),
-        "mean_acceptance_length": float(1.0 + accepted / decode_steps)
+    summary = Summary(
+        scenario=scenario,
+        method=method,
+        seed=seed,
+        num_requests=int(window.kept.sum()),
+        num_completed=int(done.sum()),
+        sim_duration_s=totals.last_end_s,
+        measurement_window_s=(window_start, window_end),
+        num_steps=totals.num_steps,
+        output_throughput_tok_s=served_out / duration,
+        request_throughput_req_s=served / duration,
+        total_token_throughput_tok_s=served_total / duration,
+        ttft_ms=distribution_ms(ttft),
+        tpot_ms=distribution_ms(tpot),
+        itl_ms=itl_distribution_ms(itl),
+        e2e_latency_ms=distribution_ms(e2e),
+        mean_acceptance_length=float(1.0 + accepted / decode_steps)
         if speculative and decode_steps > 0
         else 1.0,
-        "draft_acceptance_rate": float(accepted / drafted) if speculative and drafted > 0 else None,
-        "mean_batch_size": totals.window_num_seqs / window_steps if window_steps else 0.0,
-        "mean_tokens_per_step": totals.window_num_tokens / window_steps if window_steps else 0.0,
-        "kv_cache_peak_usage": totals.kv_blocks_peak / num_kv_blocks if totals.num_steps else 0.0,
-        "num_preemptions": int(requests["num_preemptions"].sum()),
+        draft_acceptance_rate=float(accepted / drafted) if speculative and drafted > 0 else None,
+        mean_batch_size=totals.window_num_seqs / window_steps if window_steps else 0.0,
+        mean_tokens_per_step=totals.window_num_tokens / window_steps if window_steps else 0.0,
+        kv_cache_peak_usage=totals.kv_blocks_peak / num_kv_blocks if totals.num_steps else 0.0,
+        num_preemptions=int(requests["num_preemptions"].sum()),
         # vLLM's vllm:prefix_cache_hits / vllm:prefix_cache_queries, counted once per request.
-        "prefix_cache_hit_rate": float(
-            requests["num_cached_tokens"][done].sum() / prompt_tokens.sum()
-        )
+        prefix_cache_hit_rate=float(requests["num_cached_tokens"][done].sum() / prompt_tokens.sum())
         if prefix_caching and prompt_tokens.sum() > 0
         else None,
-    }
+    )
     if window.steady:
         arrivals = requests["arrival_at_s"]
         num_arrivals = int(((arrivals >= window_start) & (arrivals < window_end)).sum())
-        summary["measurement_window"] = "steady"
-        summary["num_arrivals_in_window"] = num_arrivals
-        summary["offered_rate_req_s"] = num_arrivals / duration
+        summary = replace(
+            summary,
+            measurement_window="steady",
+            num_arrivals_in_window=num_arrivals,
+            offered_rate_req_s=num_arrivals / duration,
+        )
     if goodput_ms:
         all_tpot = np.zeros(len(ttft))
         all_tpot[multi] = tpot
         good = goodput(ttft, all_tpot, e2e, goodput_ms)
-        num_good = int(good.sum())
-        summary["goodput_ms"] = dict(goodput_ms)
-        summary["num_good_requests"] = num_good
-        fraction = num_good / len(good) if len(good) else None
-        summary["good_request_fraction"] = fraction
-        # vLLM's good requests / duration; in the steady window, the served rate times the
-        # measured share of good requests (the two agree in the full window).
-        summary["request_goodput_req_s"] = (
-            summary["request_throughput_req_s"] * fraction if fraction is not None else 0.0
+        fraction = int(good.sum()) / len(good) if len(good) else None
+        summary = replace(
+            summary,
+            goodput_ms=dict(goodput_ms),
+            num_good_requests=int(good.sum()),
+            good_request_fraction=fraction,
+            # vLLM's good requests / duration; in the steady window, the served rate times the
+            # measured share of good requests (the two agree in the full window).
+            request_goodput_req_s=summary.request_throughput_req_s * fraction
+            if fraction is not None
+            else 0.0,
         )
     return summary

@@ -288,7 +288,7 @@ class Model:
     @property
     def attention_flops_per_pair(self) -> float:
         """FLOPs of attention per (query token, attended key) pair over the full-attention
-        layers in decode: 4·L·n_h·d_h for GQA (QK^T and PV, 2·d_h each; COST_MODEL.md), the
+        layers in decode: 4·L·n_h·d_h for GQA (QK^T and PV, 2·d_h each; docs/cost-model.md), the
         absorbed form for MLA (:mod:`sim.architecture`)."""
         per_layer = self.counts.pair_flops_per_layer_decode
         return float(self.num_full_attention_layers * per_layer)

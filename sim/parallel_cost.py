@@ -5,7 +5,7 @@ ONE GPU does with its share, every rank doing the same (balanced DP groups):
 
 * dense layers (attention projections, dense MLPs, routers, shared experts) and the lm_head:
   the roofline ``smooth_max(bytes/tp/(η·BW), 2·P·(N/dp)/tp/(η·F))`` on the group's ``N/dp``
-  tokens (COST_MODEL.md linear term);
+  tokens (docs/cost-model.md, the linear term);
 * MoE layers: a measured fused-MoE fit (:mod:`sim.moe`, ``tp = W/ep`` and ``ep``), else the
   same roofline over the ``D/ep`` local distinct experts,
   ``D = E·(1 − (1 − k/E)^N)`` (every token picks ``k`` of ``E`` experts; an expert is missed by

@@ -1,4 +1,5 @@
-"""Saving and loading one run's folder: summary, records and the resolved scenario.
+"""Saving one run's folder (:class:`sim.run_folder.RunFolder` names its files): summary,
+records, the resolved scenario and ``vllm_bench.json``.
 
 Step records can be tens of millions of rows. A run given a folder writes them as it goes
 (:func:`sim.run.execute`'s ``steps_to``, through a :class:`StepStreamWriter`); a run that held
@@ -11,7 +12,6 @@ chunks of :data:`REQUEST_CHUNK_ROWS` rows too.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -24,16 +24,10 @@ import pandas as pd
 from sim.engine.recorder import CHUNK_ROWS
 from sim.output import atomic_write, check_output_folder, current_umask, write_json, write_yaml
 from sim.run import ScenarioResult
+from sim.run_folder import RUN_FILES, STEPS_FILE, STEPS_PARQUET_FILE, RunFolder
 from sim.scenario import Scenario
-from sim.vllm_bench import VLLM_BENCH_FILE, vllm_bench_result
+from sim.vllm_bench import vllm_bench_result
 
-SUMMARY_FILE = "summary.json"
-REQUESTS_FILE = "requests.csv"
-STEPS_FILE = "steps.csv"
-STEPS_PARQUET_FILE = "steps.parquet"
-SCENARIO_FILE = "scenario.resolved.yaml"
-#: Every file a run folder may hold: what ``--out`` must not silently replace.
-RUN_FILES = (SUMMARY_FILE, REQUESTS_FILE, STEPS_FILE, STEPS_PARQUET_FILE, SCENARIO_FILE)
 #: Requests per chunk of ``requests.csv``: pandas formats a chunk as Python strings first
 #: (some 60 bytes a value, 17 columns: ~35 MB for 32,768 rows).
 REQUEST_CHUNK_ROWS = 1 << 15
@@ -182,16 +176,11 @@ def save_result(
     must be when the step records were dropped) and ``summary.json`` last, so a folder with a
     summary is complete."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_yaml(out_dir / SCENARIO_FILE, result.resolved_scenario)
-    write_requests(out_dir / REQUESTS_FILE, result)
+    folder = RunFolder(out_dir)
+    write_yaml(folder.scenario, result.resolved_scenario)
+    write_requests(folder.requests, result)
     if write_steps and result.steps_file is None:
         stream_steps(out_dir, result.steps)
     bench = vllm_bench if vllm_bench is not None else vllm_bench_result(result)
-    write_json(out_dir / VLLM_BENCH_FILE, bench)
-    write_json(out_dir / SUMMARY_FILE, result.summary)
-
-
-def load_summary(folder: Path) -> dict[str, Any]:
-    """The ``summary.json`` of a run folder."""
-    data: dict[str, Any] = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
-    return data
+    write_json(folder.vllm_bench, bench)
+    write_json(folder.summary, result.summary.to_dict())

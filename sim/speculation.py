@@ -145,6 +145,9 @@ CHAIN_ONLY_METHODS: tuple[str, ...] = typing.get_args(ChainMethodName)
 #: Methods whose settings take a ``tree``: some engine verifies their drafts as a tree, or the
 #: method reads its own shape from it (lookahead: ``tree.shape: [G, 1, ..., 1]``, G guesses).
 TreeMethodName = Literal["medusa", "eagle", "eagle2", "eagle3", "mtp", "lookahead"]
+#: Methods whose drafter reads the target's hidden states (vLLM's SpeculativeConfig.use_eagle():
+#: eagle, eagle3, mtp in vllm/config/speculative.py; EAGLE-2 trees run as eagle there).
+HIDDEN_STATE_DRAFTERS: tuple[str, ...] = ("eagle", "eagle2", "eagle3", "mtp")
 
 
 class TreeConfig(BaseModel):

@@ -6,7 +6,7 @@ lengths. MT-bench single-turn prompts are short; we take 100 prompt tokens (ques
 template) and 212 output tokens, the mean output of vLLM's MT-bench speculative runs (16,990
 tokens over 80 prompts, vllm-project/vllm issue #26191, at the example's 256-token cap). Each row
 says whether it was used to fit a coefficient (``calibration/draft_overhead.py``, the engine
-presets) or is a check the simulator was not fitted to. COST_MODEL.md lists the points.
+presets) or is a check the simulator was not fitted to. docs/validation.md lists the points.
 
 Run ``python -m sim.validate`` to print the table.
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 from sim.run import run_scenario
 from sim.scenario import Scenario
+from sim.summary import Summary
 
 #: Requests per prediction: MT-bench's 80 questions.
 NUM_REQUESTS = 80
@@ -111,7 +112,7 @@ class ValidationRow:
         return abs(self.relative_error) <= TPOT_TOLERANCE
 
 
-def _run(scenario: Scenario) -> dict[str, Any]:
+def _run(scenario: Scenario) -> Summary:
     return run_scenario(scenario, Path.cwd()).summary
 
 
@@ -125,7 +126,7 @@ def validation_rows() -> list[ValidationRow]:
             "vLLM V1, no speculation",
             "tpot_ms",
             7.07,
-            vanilla["tpot_ms"]["mean"],
+            vanilla.tpot_ms.figure("mean"),
             ISSUE_20780,
             "engine preset vllm-v1 step_overhead_s",
         )
@@ -135,7 +136,7 @@ def validation_rows() -> list[ValidationRow]:
             "vLLM V1, no speculation (offline)",
             "output_tok_s",
             133.0,
-            vanilla["output_throughput_tok_s"],
+            vanilla.output_throughput_tok_s,
             PR_16937,
             "",
         )
@@ -154,7 +155,7 @@ def validation_rows() -> list[ValidationRow]:
                     setup,
                     "tpot_ms",
                     tpot,
-                    summary["tpot_ms"]["mean"],
+                    summary.tpot_ms.figure("mean"),
                     ISSUE_20780,
                     "draft overheads (calibration/draft_overhead.py)",
                 )
@@ -164,7 +165,7 @@ def validation_rows() -> list[ValidationRow]:
                     setup,
                     "acceptance_length",
                     al,
-                    summary["mean_acceptance_length"],
+                    summary.mean_acceptance_length,
                     ISSUE_20780,
                     "acceptance profile (tools/build_acceptance_data.py)",
                 )
@@ -175,7 +176,7 @@ def validation_rows() -> list[ValidationRow]:
                         f"{setup} (offline)",
                         "output_tok_s",
                         offline[(method, k)],
-                        summary["output_throughput_tok_s"],
+                        summary.output_throughput_tok_s,
                         PR_16937,
                         "",
                     )
@@ -195,7 +196,7 @@ def validation_rows() -> list[ValidationRow]:
                 f"SGLang, {label}{suffix}",
                 "decode_tok_s",
                 measured,
-                1000.0 / summary["tpot_ms"]["mean"],
+                1000.0 / summary.tpot_ms.figure("mean"),
                 EAGLE3_TABLE4,
                 "engine preset sglang step_overhead_s" if method == "none" else "",
             )

@@ -42,12 +42,6 @@ from sim.run import ScenarioResult
 from sim.scenario import MeasurementConfig
 from sim.step_stats import ItlSample, max_tokens_per_second
 
-VLLM_BENCH_FILE = "vllm_bench.json"
-#: What ``vllm bench serve`` calls each latency, and the benchmark's default selection.
-PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
-DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")
-DEFAULT_METRIC_PERCENTILES = (99.0,)
-
 
 def vllm_key(metric: str, stat: str) -> str:
     """The benchmark's key of a specsim statistic: ``ttft``/``ttft_ms`` and ``mean``, ``p50``
@@ -155,12 +149,12 @@ def vllm_bench_result(result: ScenarioResult, label: str | None = None) -> dict[
     itl = ItlSample(steps, start, end, irregular, irregular_at)
     model = resolved.get("model")
     model_id = hf_model_id(model) if isinstance(model, str) else str((model or {}).get("name"))
-    goodput = summary.get("request_goodput_req_s") if measurement.goodput else None
+    goodput = summary.request_goodput_req_s if measurement.goodput else None
     document: dict[str, Any] = {
         "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
         "endpoint_type": "specsim",
         "backend": "specsim",
-        "label": label if label is not None else summary.get("scenario"),
+        "label": label if label is not None else summary.scenario,
         "model_id": model_id,
         "tokenizer_id": model_id,
         "num_prompts": len(requests["arrival_at_s"]),
@@ -170,10 +164,10 @@ def vllm_bench_result(result: ScenarioResult, label: str | None = None) -> dict[
         "failed": int((window.kept & ~done).sum()),
         "total_input_tokens": int(requests["prompt_tokens"][done].sum()),
         "total_output_tokens": int(out_tokens.sum()),
-        "request_throughput": summary["request_throughput_req_s"],
+        "request_throughput": summary.request_throughput_req_s,
         "request_goodput": goodput,
-        "output_throughput": summary["output_throughput_tok_s"],
-        "total_token_throughput": summary["total_token_throughput_tok_s"],
+        "output_throughput": summary.output_throughput_tok_s,
+        "total_token_throughput": summary.total_token_throughput_tok_s,
         # Emitted tokens land at each step's end; the benchmark buckets token times by second.
         "max_output_tokens_per_s": max_tokens_per_second(steps, start, end),
         "max_concurrent_requests": _peak_in_flight(arrival, requests["finished_at_s"][done]),
@@ -186,7 +180,7 @@ def vllm_bench_result(result: ScenarioResult, label: str | None = None) -> dict[
             document.update(_itl_block(itl, pcts))
         else:
             document.update(_block(name, np.asarray(samples[name]) * 1e3, None, pcts))
-    if summary.get("method", "none") != "none":
+    if summary.method != "none":
         num_drafts = int(requests["num_decode_steps"][done].sum())
         drafted = int(requests["num_drafted"][done].sum())
         accepted = int(requests["num_accepted"][done].sum())

@@ -163,13 +163,13 @@ def run(
     if result_format is ResultFormat.vllm:
         typer.echo(json.dumps(vllm_bench_result(result), indent=2, default=str))
     elif as_json or result_format is ResultFormat.json:
-        console.print_json(json.dumps(result.summary, default=str))
+        console.print_json(json.dumps(result.summary.to_dict(), default=str))
     else:
         console.print(summary_table(result.summary))
-        if "fleet" in result.summary:
+        if result.summary.fleet is not None:
             from sim.fleet.table import replica_table
 
-            console.print(replica_table(result.summary))
+            console.print(replica_table(result.summary.fleet))
     err_console.print(f"results written to {out_dir}", highlight=False)
 
 

@@ -36,12 +36,12 @@ def test_shipped_overheads_are_the_current_calibration(preset: str) -> None:
 def test_vllm_v1_batch1_tpot_within_5_percent_of_7_07_ms() -> None:
     scenario = validate_document(batch1_scenario("vllm-v1"), "test")
     summary = run_scenario(scenario, Path.cwd()).summary
-    assert summary["tpot_ms"]["mean"] == pytest.approx(7.07, rel=0.05)
+    assert summary.tpot_ms.mean == pytest.approx(7.07, rel=0.05)
 
 
 def test_sglang_batch1_output_rate_between_150_and_166_tok_s() -> None:
     # The point is SGLang 0.4.4's (EAGLE-3 paper Table 4): the sglang-0.4 preset is fitted on it.
     scenario = validate_document(batch1_scenario("sglang-0.4"), "test")
     summary = run_scenario(scenario, Path.cwd()).summary
-    tokens_per_s = 1e3 / summary["tpot_ms"]["mean"]
+    tokens_per_s = 1e3 / summary.tpot_ms.mean
     assert 150.0 <= tokens_per_s <= 166.0

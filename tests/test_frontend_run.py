@@ -69,8 +69,8 @@ def test_one_client_at_a_time_sees_ingress_and_egress_in_ttft_but_not_in_tpot() 
     np.testing.assert_allclose(
         on.requests["engine_arrival_at_s"] - on.requests["arrival_at_s"], service, atol=1e-9
     )
-    assert on.summary["tpot_ms"]["mean"] == pytest.approx(off.summary["tpot_ms"]["mean"], rel=1e-9)
-    assert on.summary["itl_ms"]["p50"] == pytest.approx(off.summary["itl_ms"]["p50"], rel=1e-9)
+    assert on.summary.tpot_ms.mean == pytest.approx(off.summary.tpot_ms.mean, rel=1e-9)
+    assert on.summary.itl_ms.p50 == pytest.approx(off.summary.itl_ms.p50, rel=1e-9)
     # The client sends its next request when it has seen the last token of the previous one.
     np.testing.assert_allclose(
         on.requests["arrival_at_s"][1:], on.requests["finished_at_s"][:-1], atol=1e-9

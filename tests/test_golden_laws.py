@@ -151,8 +151,8 @@ def test_batch_one_decode_time_is_weight_bytes_over_bandwidth_plus_a_fixed_part(
             },
         }
         summary = run_scenario(validate_document(document, "batch 1"), ROOT).summary
-        assert summary["mean_batch_size"] == 1.0
-        return float(summary["tpot_ms"]["mean"])
+        assert summary.mean_batch_size == 1.0
+        return float(summary.tpot_ms.mean)
 
     model, device = get_model("llama-3.1-8b"), get_gpu(gpu)
     achieved_bytes_per_s = load_efficiency(device.name).bandwidth * device.hbm_bandwidth_bytes_per_s

@@ -28,7 +28,7 @@ def test_the_batch_1_points_stay_within_three_percent(preset: str) -> None:
     through the whole simulator with every host term."""
     measured_s = float(get_preset(preset).calibration["measured_tpot_s"])
     summary = run_scenario(bs1_scenario("none", preset=preset), Path.cwd()).summary
-    assert summary["tpot_ms"]["mean"] / 1e3 == pytest.approx(measured_s, rel=0.03)
+    assert summary.tpot_ms.mean / 1e3 == pytest.approx(measured_s, rel=0.03)
 
 
 def test_every_preset_has_host_costs_with_their_provenance() -> None:
@@ -58,7 +58,7 @@ def test_fit_rows_reproduce_within_the_fits_own_error(preset: str) -> None:
     values = {k: entry[k] for k in ("per_layer_overhead_s", "per_sequence_overhead_s")}
     for row in picked:
         summary = run_scenario(row_scenario(row, preset, values), Path.cwd()).summary
-        error = summary["tpot_ms"]["mean"] / row.tpot_ms - 1
+        error = summary.tpot_ms.mean / row.tpot_ms - 1
         assert abs(error) < 0.15, f"{row}: {error:+.1%}"
 
 

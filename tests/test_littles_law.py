@@ -53,12 +53,12 @@ def _area(arrival: np.ndarray, finish: np.ndarray, start: float, end: float) -> 
 def test_littles_law_over_the_measurement_window(warmup_requests: int) -> None:
     result, _ = _run(warmup_requests=warmup_requests)
     r, s = result.requests, result.summary
-    assert s["num_completed"] == 150 - warmup_requests
-    window_start, window_end = s["measurement_window_s"]
+    assert s.num_completed == 150 - warmup_requests
+    window_start, window_end = s.measurement_window_s
     length = window_end - window_start
     area = _area(r["arrival_at_s"], r["finished_at_s"], window_start, window_end)
-    throughput = s["request_throughput_req_s"]
-    mean_e2e_s = s["e2e_latency_ms"]["mean"] / 1e3
+    throughput = s.request_throughput_req_s
+    mean_e2e_s = s.e2e_latency_ms.mean / 1e3
     # Edge term: request-seconds that warm-up requests spent inside the window.
     warm = slice(0, warmup_requests)
     overlap = np.clip(
@@ -90,7 +90,7 @@ def test_step_records_count_everyone_in_the_system() -> None:
     egress_s = simulation.engine.frontend.egress_s
     arrival = r["engine_arrival_at_s"]
     finished = r["finished_at_s"] - egress_s
-    assert result.summary["num_preemptions"] == 0
+    assert result.summary.num_preemptions == 0
     starts = steps["start_at_s"]
     arrived = (arrival[None, :] <= starts[:, None]).sum(axis=1)
     left = (finished[None, :] <= starts[:, None]).sum(axis=1)
@@ -140,4 +140,4 @@ def test_nobody_waits_when_the_system_is_nearly_empty() -> None:
     ttft = r["first_token_at_s"][alone] - egress_s - arrival[alone]
     # Times are absolute seconds up to ~2,000 s, where a float's spacing is ~2e-13 s.
     assert np.allclose(ttft, prefill_s, rtol=0.0, atol=1e-9)
-    assert result.summary["num_preemptions"] == 0
+    assert result.summary.num_preemptions == 0

@@ -25,9 +25,7 @@ def _tpot_ms(weights: str) -> float:
             "output_tokens": {"distribution": "fixed", "value": 128},
         },
     }
-    return float(
-        run_scenario(validate_document(document, "t"), Path.cwd()).summary["tpot_ms"]["mean"]
-    )
+    return float(run_scenario(validate_document(document, "t"), Path.cwd()).summary.tpot_ms.mean)
 
 
 def test_f16_is_the_calibration_point() -> None:

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.metrics import goodput, measurement_window, summarize
+from sim.summary import Summary
 from specsim.cli import app
 
 
@@ -56,9 +57,11 @@ def _steps() -> dict[str, np.ndarray]:
     }
 
 
-def _summary(**options: Any) -> dict[str, Any]:
+def _summary(**options: Any) -> Summary:
     no_itl = np.zeros(0)
-    return summarize(_requests(), _steps(), no_itl, no_itl, 0, 16, False, **options)
+    return summarize(
+        _requests(), _steps(), no_itl, no_itl, 0, 16, scenario="t", method="none", seed=0, **options
+    )
 
 
 def test_the_steady_window_drops_both_ends_by_arrival() -> None:
@@ -75,19 +78,20 @@ def test_the_steady_window_drops_both_ends_by_arrival() -> None:
 
 def test_steady_throughput_counts_what_was_served_inside_the_window() -> None:
     s = _summary(trim_fractions=(0.2, 0.3))
-    assert s["measurement_window"] == "steady" and s["measurement_window_s"] == [2.0, 7.0]
-    assert s["num_requests"] == s["num_completed"] == 5
+    assert s.measurement_window == "steady" and s.measurement_window_s == (2.0, 7.0)
+    assert s.num_requests == s.num_completed == 5
     # Finishes at 2.5, 3.5, 4.5, 5.5, 6.5 fall inside [2, 7): 5 in 5 s. Steps ending inside
     # [2, 7) are those starting at 2.25 … 6.25: 5 steps of 3 emitted and 8 prefill tokens.
-    assert s["request_throughput_req_s"] == pytest.approx(1.0)
-    assert s["output_throughput_tok_s"] == pytest.approx(3.0)
-    assert s["total_token_throughput_tok_s"] == pytest.approx(11.0)
-    assert s["num_arrivals_in_window"] == 5 and s["offered_rate_req_s"] == pytest.approx(1.0)
+    assert s.request_throughput_req_s == pytest.approx(1.0)
+    assert s.output_throughput_tok_s == pytest.approx(3.0)
+    assert s.total_token_throughput_tok_s == pytest.approx(11.0)
+    assert s.num_arrivals_in_window == 5 and s.offered_rate_req_s == pytest.approx(1.0)
 
 
 def test_the_full_window_is_the_default_and_adds_no_keys() -> None:
     assert _summary() == _summary(trim_fractions=(0.0, 0.0))
-    assert "measurement_window" not in _summary() and "request_goodput_req_s" not in _summary()
+    written = _summary().to_dict()
+    assert "measurement_window" not in written and "request_goodput_req_s" not in written
 
 
 def test_goodput_is_vllms_definition() -> None:
@@ -103,12 +107,12 @@ def test_goodput_is_vllms_definition() -> None:
 def test_goodput_in_the_summary() -> None:
     # TTFT 100 ms for all but request 7 (2100 ms): 9 of 10 good under ttft:500.
     s = _summary(goodput_ms={"ttft": 500.0, "tpot": 150.0})
-    assert s["num_good_requests"] == 9 and s["good_request_fraction"] == pytest.approx(0.9)
+    assert s.num_good_requests == 9 and s.good_request_fraction == pytest.approx(0.9)
     # Full window: 10 finishes over [0, 9.5 + 2 … ] = [0 s, 9.5 s): goodput = 9 / 9.5.
-    assert s["measurement_window_s"] == [0.0, 9.5]
-    assert s["request_goodput_req_s"] == pytest.approx(9 / 9.5)
+    assert s.measurement_window_s == (0.0, 9.5)
+    assert s.request_goodput_req_s == pytest.approx(9 / 9.5)
     tight = _summary(goodput_ms={"tpot": 100.0})  # 133 ms TPOT fails; the 1-token request passes
-    assert tight["num_good_requests"] == 1
+    assert tight.num_good_requests == 1
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from sim.metrics import (
     distribution_ms,
     summarize,
-    weighted_distribution_ms,
     weighted_percentiles,
 )
 from sim.run import build_simulation, execute
 from sim.scenario import validate_document
+from sim.summary import DistributionMs, Summary
 from tests.engine.harness import tight_pool
 
 finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
@@ -51,17 +51,15 @@ def test_weighted_percentiles_of_nothing_are_nan() -> None:
 
 
 def test_distributions_of_empty_samples_are_null() -> None:
-    empty = {"mean": None, "p50": None, "p90": None, "p99": None}
+    empty = DistributionMs(mean=None, p50=None, p90=None, p99=None)
     assert distribution_ms(np.zeros(0)) == empty
-    assert weighted_distribution_ms(np.array([1.0]), np.array([0])) == empty
 
 
-def test_weighted_distribution_mean_and_percentiles_in_ms() -> None:
-    # Samples 0.01 s ×3 and 0.03 s ×1: mean (30 + 30) / 4 = 15 ms; p50 of [10, 10, 10, 30] = 10.
-    got = weighted_distribution_ms(np.array([0.01, 0.03]), np.array([3, 1]))
-    assert got["mean"] == pytest.approx(15.0)
-    assert got["p50"] == pytest.approx(10.0)
-    assert got["p99"] == pytest.approx(10.0 + 20.0 * 0.97)  # position 2.97 between 10 and 30
+def test_weighted_percentiles_of_a_small_multiset() -> None:
+    # 10 ms ×3 and 30 ms ×1: p50 of [10, 10, 10, 30] = 10; p99 at position 2.97, between 10 and 30.
+    p50, p99 = weighted_percentiles(np.array([10.0, 30.0]), np.array([3, 1]), (50, 99))
+    assert p50 == pytest.approx(10.0)
+    assert p99 == pytest.approx(10.0 + 20.0 * 0.97)
 
 
 # --- summarize on hand-built records ----------------------------------------------------------
@@ -101,7 +99,7 @@ def _steps() -> dict[str, np.ndarray]:
     }
 
 
-def _summary(warmup_requests: int, **kwargs: Any) -> dict[str, Any]:
+def _summary(warmup_requests: int, **kwargs: Any) -> Summary:
     return summarize(
         _requests(),
         _steps(),
@@ -109,79 +107,83 @@ def _summary(warmup_requests: int, **kwargs: Any) -> dict[str, Any]:
         kwargs.get("irregular_at", np.array([0.6, 1.5])),
         warmup_requests,
         num_kv_blocks=16,
-        speculative=kwargs.get("speculative", True),
+        scenario="hand-built",
+        method=kwargs.get("method", "eagle3"),
+        seed=0,
     )
 
 
 def test_latency_definitions() -> None:
     s = _summary(0)
-    assert s["num_requests"] == 4 and s["num_completed"] == 3
-    assert s["ttft_ms"]["mean"] == pytest.approx(200.0)
-    assert s["ttft_ms"]["p50"] == pytest.approx(200.0)
-    assert s["e2e_latency_ms"]["mean"] == pytest.approx((500 + 200 + 700) / 3)
-    assert s["e2e_latency_ms"]["p90"] == pytest.approx(500 + 200 * 0.8)  # between 500 and 700
-    assert s["tpot_ms"]["mean"] == pytest.approx(150.0)  # r1's single token has no TPOT
-    assert s["tpot_ms"]["p50"] == pytest.approx(150.0)
+    assert s.num_requests == 4 and s.num_completed == 3
+    assert s.ttft_ms.mean == pytest.approx(200.0)
+    assert s.ttft_ms.p50 == pytest.approx(200.0)
+    assert s.e2e_latency_ms.mean == pytest.approx((500 + 200 + 700) / 3)
+    assert s.e2e_latency_ms.p90 == pytest.approx(500 + 200 * 0.8)  # between 500 and 700
+    assert s.tpot_ms.mean == pytest.approx(150.0)  # r1's single token has no TPOT
+    assert s.tpot_ms.p50 == pytest.approx(150.0)
 
 
 def test_throughput_over_the_measurement_window() -> None:
     s = _summary(0)
     # Window: first measured arrival 0.0 to last measured finish 1.0.
-    assert s["measurement_window_s"] == [0.0, 1.0]
-    assert s["request_throughput_req_s"] == pytest.approx(3.0)
-    assert s["output_throughput_tok_s"] == pytest.approx(5 + 1 + 3)
-    assert s["total_token_throughput_tok_s"] == pytest.approx(5 + 1 + 3 + 10 + 20 + 30)
-    assert s["sim_duration_s"] == pytest.approx(1.5)
-    assert s["num_steps"] == 4
+    assert s.measurement_window_s == (0.0, 1.0)
+    assert s.request_throughput_req_s == pytest.approx(3.0)
+    assert s.output_throughput_tok_s == pytest.approx(5 + 1 + 3)
+    assert s.total_token_throughput_tok_s == pytest.approx(5 + 1 + 3 + 10 + 20 + 30)
+    assert s.sim_duration_s == pytest.approx(1.5)
+    assert s.num_steps == 4
 
 
 def test_step_metrics_use_steps_starting_inside_the_window() -> None:
     s = _summary(0)
     # Steps at 0.0, 0.1, 0.5 are inside [0, 1.0); the one at 1.0 is not.
-    assert s["mean_batch_size"] == pytest.approx((1 + 2 + 3) / 3)
-    assert s["mean_tokens_per_step"] == pytest.approx((10 + 30 + 5) / 3)
+    assert s.mean_batch_size == pytest.approx((1 + 2 + 3) / 3)
+    assert s.mean_tokens_per_step == pytest.approx((10 + 30 + 5) / 3)
     # ITL: 50 ms once, 20 ms twice, and the irregular 300 ms gap at 0.6 (the 2 s one at 1.5 is
     # outside): mean (50 + 40 + 300) / 4.
-    assert s["itl_ms"]["mean"] == pytest.approx((50 + 40 + 300) / 4)
-    assert s["itl_ms"]["p50"] == pytest.approx(35.0)  # sorted 20, 20, 50, 300
+    assert s.itl_ms.mean == pytest.approx((50 + 40 + 300) / 4)
+    assert s.itl_ms.p50 == pytest.approx(35.0)  # sorted 20, 20, 50, 300
     # Peak KV over all steps: 8 of 16 blocks.
-    assert s["kv_cache_peak_usage"] == pytest.approx(0.5)
-    assert s["num_preemptions"] == 3
+    assert s.kv_cache_peak_usage == pytest.approx(0.5)
+    assert s.num_preemptions == 3
 
 
 def test_acceptance_metrics() -> None:
     s = _summary(0)
     # 3 verify steps accepted 3 drafts: 1 + 3 / 3 tokens per step; 3 of 9 drafts accepted.
-    assert s["mean_acceptance_length"] == pytest.approx(2.0)
-    assert s["draft_acceptance_rate"] == pytest.approx(3 / 9)
-    plain = _summary(0, speculative=False)
-    assert plain["mean_acceptance_length"] == 1.0
-    assert plain["draft_acceptance_rate"] is None
+    assert s.mean_acceptance_length == pytest.approx(2.0)
+    assert s.draft_acceptance_rate == pytest.approx(3 / 9)
+    plain = _summary(0, method="none")
+    assert plain.mean_acceptance_length == 1.0
+    assert plain.draft_acceptance_rate is None
 
 
 def test_warmup_requests_move_the_window_and_leave_the_sample() -> None:
     s = _summary(1)
     # r0 is warm-up: window from r1's arrival 0.2 to the last finish 1.0, 0.8 s long.
-    assert s["num_requests"] == 3 and s["num_completed"] == 2
-    assert s["measurement_window_s"] == [0.2, 1.0]
-    assert s["request_throughput_req_s"] == pytest.approx(2 / 0.8)
-    assert s["output_throughput_tok_s"] == pytest.approx((1 + 3) / 0.8)
-    assert s["ttft_ms"]["mean"] == pytest.approx(250.0)
-    assert s["tpot_ms"]["mean"] == pytest.approx(200.0)
+    assert s.num_requests == 3 and s.num_completed == 2
+    assert s.measurement_window_s == (0.2, 1.0)
+    assert s.request_throughput_req_s == pytest.approx(2 / 0.8)
+    assert s.output_throughput_tok_s == pytest.approx((1 + 3) / 0.8)
+    assert s.ttft_ms.mean == pytest.approx(250.0)
+    assert s.tpot_ms.mean == pytest.approx(200.0)
     # Only the steps at 0.5 starts inside [0.2, 1.0).
-    assert s["mean_batch_size"] == pytest.approx(3.0)
+    assert s.mean_batch_size == pytest.approx(3.0)
     # Acceptance counts come from measured requests only: r2 accepted 1 of 3 in 1 step.
-    assert s["mean_acceptance_length"] == pytest.approx(2.0)
-    assert s["draft_acceptance_rate"] == pytest.approx(1 / 3)
+    assert s.mean_acceptance_length == pytest.approx(2.0)
+    assert s.draft_acceptance_rate == pytest.approx(1 / 3)
 
 
 def test_nothing_finished_gives_empty_distributions() -> None:
     requests = _requests()
     requests["finished_at_s"][:] = np.nan
-    s = summarize(requests, _steps(), np.zeros(0), np.zeros(0), 0, 16, False)
-    assert s["num_completed"] == 0
-    assert s["ttft_ms"]["mean"] is None
-    assert s["request_throughput_req_s"] == 0.0
+    s = summarize(
+        requests, _steps(), np.zeros(0), np.zeros(0), 0, 16, scenario="t", method="none", seed=0
+    )
+    assert s.num_completed == 0
+    assert s.ttft_ms.mean is None
+    assert s.request_throughput_req_s == 0.0
 
 
 # --- the ITL records of a real run add up to every request's decode time ----------------------
@@ -217,10 +219,10 @@ def test_itl_samples_partition_each_requests_decode_time(method: str, kv_pressur
     decode_time = float((requests["finished_at_s"] - requests["first_token_at_s"]).sum())
     assert total == pytest.approx(decode_time, rel=1e-9)
     assert (len(irregular) > 0) == kv_pressure
-    assert (result.summary["num_preemptions"] > 0) == kv_pressure
+    assert (result.summary.num_preemptions > 0) == kv_pressure
     if method == "none":
         assert count == int((requests["output_tokens"] - 1).sum())
     else:
         assert count < int((requests["output_tokens"] - 1).sum())
     # The summary's ITL is that same sample (the window covers the whole run).
-    assert result.summary["itl_ms"]["mean"] == pytest.approx(total / count * 1e3, rel=1e-9)
+    assert result.summary.itl_ms.mean == pytest.approx(total / count * 1e3, rel=1e-9)

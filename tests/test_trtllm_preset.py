@@ -38,7 +38,7 @@ def test_the_calibration_point_is_reproduced_through_the_whole_simulator() -> No
         },
     }
     summary = run_scenario(validate_document(document, "t"), Path.cwd()).summary
-    assert summary["tpot_ms"]["mean"] / 1e3 == pytest.approx(aimed_s, rel=0.05)
+    assert summary.tpot_ms.mean / 1e3 == pytest.approx(aimed_s, rel=0.05)
 
 
 @pytest.mark.parametrize(

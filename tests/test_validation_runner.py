@@ -66,12 +66,12 @@ def test_an_underloaded_constant_rate_point_serves_its_offered_load() -> None:
     assert point.rate_per_s is not None and point.output_tokens is not None
     offered = point.rate_per_s * point.output_tokens
     steady = run_scenario(build_scenario(point), traces_dir()).summary
-    assert steady["output_throughput_tok_s"] == pytest.approx(offered, rel=0.03)
+    assert steady.output_throughput_tok_s == pytest.approx(offered, rel=0.03)
     scenario = build_scenario(point)
     full = type(scenario).model_validate(
         {**scenario.model_dump(exclude={"measurement"}), "name": "full-window"}
     )
-    drained = run_scenario(full, traces_dir()).summary["output_throughput_tok_s"]
+    drained = run_scenario(full, traces_dir()).summary.output_throughput_tok_s
     assert drained < 0.9 * offered
 
 
@@ -99,9 +99,9 @@ def test_an_fp8_kv_cache_halves_the_kv_reads_of_a_point() -> None:
     )
     assert point.kv_cache == "fp8"
     small = dataclasses.replace(point, num_requests=128, warmup_requests=None)
-    fp8 = run_scenario(build_scenario(small), traces_dir()).summary["tpot_ms"]["mean"]
+    fp8 = run_scenario(build_scenario(small), traces_dir()).summary.tpot_ms.mean
     bf16_point = dataclasses.replace(small, kv_cache="")
-    bf16 = run_scenario(build_scenario(bf16_point), traces_dir()).summary["tpot_ms"]["mean"]
+    bf16 = run_scenario(build_scenario(bf16_point), traces_dir()).summary.tpot_ms.mean
     assert fp8 < 0.85 * bf16
     assert "KV cache 'int4'" in inexpressible_reason(dataclasses.replace(point, kv_cache="int4"))
 

@@ -51,11 +51,12 @@ def test_keys_are_the_benchmarks_and_agree_with_the_summary(tmp_path: Path) -> N
     document = json.loads((tmp_path / "vllm_bench.json").read_text())
     assert set(document) == VLLM_FLAT_KEYS
     summary = result.summary
-    for metric, key in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_ms")):
-        assert document[f"mean_{metric}_ms"] == pytest.approx(summary[key]["mean"], rel=1e-9)
-        assert document[f"median_{metric}_ms"] == pytest.approx(summary[key]["p50"], rel=1e-9)
-        assert document[f"p99_{metric}_ms"] == pytest.approx(summary[key]["p99"], rel=1e-9)
-    assert document["completed"] == summary["num_completed"]
+    for metric in ("ttft", "tpot", "itl"):
+        distribution = summary.latency_ms(metric)
+        assert document[f"mean_{metric}_ms"] == pytest.approx(distribution.mean, rel=1e-9)
+        assert document[f"median_{metric}_ms"] == pytest.approx(distribution.p50, rel=1e-9)
+        assert document[f"p99_{metric}_ms"] == pytest.approx(distribution.p99, rel=1e-9)
+    assert document["completed"] == summary.num_completed
     assert document["request_goodput"] is None
     assert document["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
     # Requests in flight never exceed the requests measured, and the peak bucket of one second
@@ -85,12 +86,12 @@ def test_selected_metrics_percentiles_and_speculation() -> None:
     assert set(document) >= SPEC_KEYS
     summary = result.summary
     assert document["spec_decode_acceptance_length"] == pytest.approx(
-        summary["mean_acceptance_length"]
+        summary.mean_acceptance_length
     )
     assert document["spec_decode_acceptance_rate"] == pytest.approx(
-        100 * summary["draft_acceptance_rate"]
+        100 * summary.draft_acceptance_rate
     )
-    assert document["request_goodput"] == pytest.approx(summary["request_goodput_req_s"])
+    assert document["request_goodput"] == pytest.approx(summary.request_goodput_req_s)
 
 
 def test_percentile_words_follow_the_benchmark() -> None:

@@ -146,14 +146,12 @@ def test_caching_shortens_prefills_ttft_and_kv_use() -> None:
     not prefilled, so total prefill tokens strictly fall; first tokens come sooner; the shared
     blocks count once in the pool."""
     on, off = _chat(120, caching=True), _chat(120, caching=False)
-    assert on.summary["num_preemptions"] == 0 == off.summary["num_preemptions"]
+    assert on.summary.num_preemptions == 0 == off.summary.num_preemptions
     prefill_on = int(on.steps["num_prefill_tokens"].sum())
     prefill_off = int(off.steps["num_prefill_tokens"].sum())
     cached = int(on.requests["num_cached_tokens"].sum())
     assert prefill_off == int(off.requests["prompt_tokens"].sum())
     assert prefill_on == prefill_off - cached and cached > 0
-    assert (
-        0 < on.summary["prefix_cache_hit_rate"] < 1 and off.summary["prefix_cache_hit_rate"] is None
-    )
-    assert on.summary["ttft_ms"]["mean"] < off.summary["ttft_ms"]["mean"]
-    assert on.summary["kv_cache_peak_usage"] < off.summary["kv_cache_peak_usage"]
+    assert 0 < on.summary.prefix_cache_hit_rate < 1 and off.summary.prefix_cache_hit_rate is None
+    assert on.summary.ttft_ms.mean < off.summary.ttft_ms.mean
+    assert on.summary.kv_cache_peak_usage < off.summary.kv_cache_peak_usage

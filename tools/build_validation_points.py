@@ -3,8 +3,10 @@
 
 Maintainer script: it reads the public measurements gathered in a data folder (``--shared PATH``,
 the folder that holds ``data/under-load/``) and writes one CSV row per measured point, each with its
-setup, value, unit and public source. Points quoted from papers and threads are written out below
-with their citation. The simulator never reads the data folder; it reads the CSV this script writes.
+setup, value, unit and public source. The AIConfigurator and ISPASS rows are read here, the others
+in a module per source (``blis_validation_points``, ``moe_validation_points``; the points quoted
+from papers and threads, with their citation, in ``quoted_validation_points``). The simulator never
+reads the data folder; it reads the CSV this script writes.
 
 Run ``python tools/build_validation_points.py --shared PATH``.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 try:
+    from tools.blis_validation_points import blis_sim_to_real, blis_training
     from tools.moe_validation_points import (
         AIC_ROUNDS,
         AIC_WARMUP_ROUNDS,
@@ -28,7 +31,10 @@ try:
         layout_of,
         moe_serving_points,
     )
+    from tools.quoted_validation_points import eagle3_tables, quoted_points
+    from tools.validation_rows import COLUMNS, _read, _row
 except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
+    from blis_validation_points import blis_sim_to_real, blis_training  # type: ignore[no-redef]
     from moe_validation_points import (  # type: ignore[no-redef]
         AIC_ROUNDS,
         AIC_WARMUP_ROUNDS,
@@ -36,43 +42,10 @@ except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
         layout_of,
         moe_serving_points,
     )
+    from quoted_validation_points import eagle3_tables, quoted_points  # type: ignore[no-redef]
+    from validation_rows import COLUMNS, _read, _row  # type: ignore[no-redef]
 
 OUT = Path(__file__).resolve().parents[1] / "sim" / "data" / "validation_points.csv"
-
-COLUMNS = (
-    "point_id",
-    "source_group",
-    "engine",
-    "preset",
-    "model",
-    "gpu",
-    "num_gpus",
-    "precision",
-    "kv_cache",
-    "method",
-    "num_speculative_tokens",
-    "arrival",
-    "concurrency",
-    "rate_per_s",
-    "trace",
-    "prompt_tokens",
-    "output_tokens",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "dataset",
-    "num_requests",
-    "warmup_requests",
-    "quantity",
-    "statistic",
-    "measured",
-    "unit",
-    "source",
-    "fitted_by",
-    "not_expressible",
-    "notes",
-    "tensor_parallel",
-    "expert_parallel",
-)
 
 AIC = (
     "ai-dynamo/aiconfigurator @ 095f58a51c4ca8e61b66ec108d86f223f8d559ce, "
@@ -84,64 +57,10 @@ AIC_MODELS = {
     "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
     "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
 }
-BLIS_TRAIN = (
-    "inference-sim/training @ ed5c1d26900e, "
-    "default_args/{exp}/results/{stage}_lifecycle_metrics.json"
-)
-BLIS_S2R = (
-    "inference-sim/sim-to-real-accuracy-validation @ dcec3fd4711c, {file}, column actual, "
-    "experiment {exp}, stage_index {stage}"
-)
-BLIS_MODELS = {
-    "meta-llama/Llama-2-7b-hf": "llama-2-7b",
-    "meta-llama/Llama-2-70b-hf": "llama-2-70b",
-    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
-    "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
-    "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b",
-    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
-    "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b",
-    "mistralai/Mistral-Nemo-Instruct-2407": "mistral-nemo-12b",
-}
-#: inference-perf's constant-rate load spaces arrivals evenly; the scenario schema has no
-#: deterministic process, so the rows use gamma gaps with a coefficient of variation of 0.01.
-CONSTANT_RATE = "constant"
 ISPASS = (
     "casys-kaist/LLMServingSim @ 04bdeb8b6fb3 (ISPASS 2026 artifact), "
     "evaluation/figure_8/reference/{scenario}_latency.tsv, row framework=vLLM"
 )
-EAGLE3_T3 = "EAGLE-3 paper (Li et al., arXiv:2503.01840v3), section 4.3, Table 3"
-EAGLE3_T5 = "EAGLE-3 paper (Li et al., arXiv:2503.01840v3), section 4.4, Table 5"
-#: Table 3: SGLang v0.4.4, one H100, Llama-3.1-8B-Instruct, MT-bench, chain of 3, no tree.
-EAGLE3_T3_BATCH = (2, 4, 8, 16, 24, 32, 48, 56, 64)
-EAGLE3_T3_SPEEDUP = {
-    "eagle": (1.40, 1.38, 1.23, 1.02, 0.93, 0.94, 0.88, 0.99, 0.99),
-    "eagle3": (1.81, 1.82, 1.62, 1.48, 1.39, 1.32, 1.38, 1.34, 1.38),
-}
-#: Table 5: vLLM, Llama-3.1-8B-Instruct, MT-bench, chain of at most 2, no tree.
-EAGLE3_T5_BATCH = (2, 4, 8, 16, 24, 32, 48, 56)
-EAGLE3_T5_SPEEDUP = {
-    "eagle": (1.30, 1.25, 1.21, 1.10, 1.03, 0.93, 0.82, 0.71),
-    "eagle3": (1.75, 1.68, 1.58, 1.49, 1.42, 1.36, 1.21, 1.01),
-}
-#: MT-bench lengths of the batch-1 table (sim/validate.py): 100 prompt and 212 output tokens.
-MT_BENCH_PROMPT_TOKENS = 100
-MT_BENCH_OUTPUT_TOKENS = 212
-
-
-def _row(**values: Any) -> dict[str, Any]:
-    row = {column: "" for column in COLUMNS}
-    unknown = set(values) - set(COLUMNS)
-    if unknown:
-        raise KeyError(f"unknown columns {sorted(unknown)}")
-    row.update(values)
-    return row
-
-
-def _read(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 #: Qwen3-32B (bf16) shapes kept: (prompt, output) tokens per engine.
 VLLM_QWEN_SHAPES = ((1024, 512), (1024, 1024), (4096, 512), (4096, 1024))
 SGLANG_QWEN_SHAPES = ((1024, 256), (1024, 512), (2048, 256), (2048, 512))
@@ -285,154 +204,6 @@ def aiconfigurator(shared: Path) -> Iterator[dict[str, Any]]:
             )
 
 
-def blis_training(shared: Path) -> Iterator[dict[str, Any]]:
-    """vLLM on H100 at constant request rates, per stage: decode time per token, TTFT p50, output
-    throughput."""
-    path = (
-        shared
-        / "under-load"
-        / "blis_h100_vllm_serving"
-        / "inference_sim_training_stage_metrics.csv"
-    )
-    for row in _read(path):
-        if row["stage"] == "summary":
-            continue
-        model = BLIS_MODELS.get(row["model"], row["model"])
-        reason = ""
-        if row["overload_excluded_by_source"] == "True":
-            reason = "overloaded run its source excludes (past capacity, minute-scale TTFT)"
-        elif float(row["ttft_mean_s"]) > 10:
-            reason = (
-                "overloaded run: minute-scale TTFT, past capacity like the runs its source excludes"
-            )
-        base = dict(
-            source_group="blis-training",
-            engine="vLLM (version not stated)",
-            # Dated 2026-02 (experiment folders), after vLLM 0.14.0 (2026-01-17) made async
-            # scheduling the default: an inference from the dates, said in the notes.
-            preset="vllm-v1-async",
-            model=model,
-            gpu="h100-sxm",
-            num_gpus=int(row["tensor_parallel"]),
-            precision="fp16",
-            method="none",
-            arrival=CONSTANT_RATE,
-            rate_per_s=row["requested_rate_rps"],
-            prompt_tokens=round(float(row["prompt_len_mean"])),
-            output_tokens=round(float(row["output_len_mean"])),
-            max_num_seqs=row["max_num_seqs"],
-            max_num_batched_tokens=row["max_num_batched_tokens"],
-            dataset="random",
-            num_requests=min(300, round(float(row["requested_rate_rps"]) * 30)),
-            source=BLIS_TRAIN.format(exp=row["experiment"], stage=row["stage"]),
-            not_expressible=reason,
-            notes=(
-                f"{row['workload_profile']} profile, shared-prefix prompts, ignore_eos; "
-                "lengths are the run's means; 30 s of the stage (at most 300 requests) simulated; "
-                "vllm-v1-async preset: the run is dated 2026-02, after async scheduling became "
-                "vLLM's default in 0.14.0"
-            ),
-        )
-        stem = f"blis-{row['experiment'].split('-', 2)[2]}-{row['stage']}"
-        yield _row(
-            point_id=f"{stem}-tpot",
-            quantity="tpot_ms",
-            statistic="mean",
-            unit="ms",
-            measured=f"{1000 * float(row['decode_s_per_token_from_means']):.4f}",
-            **{**base, "notes": base["notes"] + "; (E2E mean - TTFT mean)/(output mean - 1)"},
-        )
-        yield _row(
-            point_id=f"{stem}-ttft",
-            quantity="ttft_ms",
-            statistic="p50",
-            unit="ms",
-            measured=f"{1000 * float(row['ttft_p50_s']):.4f}",
-            **base,
-        )
-        yield _row(
-            point_id=f"{stem}-throughput",
-            quantity="output_tok_s",
-            statistic="mean",
-            unit="tok/s",
-            measured=f"{float(row['output_tok_per_s']):.3f}",
-            **base,
-        )
-
-
-def blis_sim_to_real(shared: Path) -> Iterator[dict[str, Any]]:
-    """Per-stage vLLM ground truth of the sim-to-real study (stages whose rate is published), and
-    the MoE whole-run rows whose workload is not published (kept, not expressible)."""
-    path = shared / "under-load" / "blis_h100_vllm_serving" / "sim_to_real_ground_truth.csv"
-    for row in _read(path):
-        stage = int(row["stage_index"])
-        whole_run_moe = stage < 0 and "mixtral" in row["model"].lower()
-        if stage < 0 and not whole_run_moe:
-            continue
-        if row["experiment"].startswith("2026"):
-            continue  # the same runs as inference_sim_training_stage_metrics.csv
-        model = BLIS_MODELS.get(row["model"], row["model"])
-        file = (
-            "results_trainval/error_records.csv"
-            if stage >= 0 or row["workload_spec_source"].startswith("inference-sim")
-            else "results/llmservingsim_error_records_matched.csv"
-        )
-        reason = ""
-        if whole_run_moe:
-            reason = "request rate and lengths of the run not published (only the profile name)"
-        has_shape = bool(row["question_len"])
-        base = dict(
-            source_group="blis-sim-to-real",
-            engine="vLLM (version not stated)",
-            preset="vllm-v1",
-            model=model,
-            gpu="h100-sxm",
-            num_gpus=int(float(row["tensor_parallel"])),
-            precision=row["precision"].lower(),
-            method="none",
-            arrival=CONSTANT_RATE if has_shape else "",
-            rate_per_s=row["requested_rate_rps"] if stage >= 0 else "",
-            prompt_tokens=(
-                round(float(row["system_prompt_len"]) + float(row["question_len"]))
-                if has_shape
-                else ""
-            ),
-            output_tokens=round(float(row["output_len_target"])) if has_shape else "",
-            max_num_seqs=row["max_num_seqs"].split(".")[0],
-            max_num_batched_tokens=row["max_num_batched_tokens"].split(".")[0],
-            dataset="random",
-            num_requests=(
-                min(300, round(float(row["requested_rate_rps"]) * 30)) if stage >= 0 else ""
-            ),
-            source=BLIS_S2R.format(file=file, exp=row["experiment"], stage=stage),
-            not_expressible=reason,
-            notes=(
-                f"{row['workload_profile']} profile; lengths are the workload spec's targets "
-                "(system prompt + question, output); 30 s of the stage (at most 300 requests) "
-                "simulated"
-                if has_shape
-                else f"{row['workload_profile']} profile"
-            ),
-        )
-        stem = f"s2r-{row['experiment']}-{stage if stage >= 0 else 'all'}"
-        yield _row(
-            point_id=f"{stem}-tpot",
-            quantity="tpot_ms",
-            statistic="mean",
-            unit="ms",
-            measured=f"{float(row['itl_mean_ms']):.4f}",
-            **{**base, "notes": base["notes"] + "; ITL mean = (E2E - TTFT)/(output - 1)"},
-        )
-        yield _row(
-            point_id=f"{stem}-ttft",
-            quantity="ttft_ms",
-            statistic="mean",
-            unit="ms",
-            measured=f"{float(row['ttft_mean_ms']):.4f}",
-            **base,
-        )
-
-
 def ispass(shared: Path) -> Iterator[dict[str, Any]]:
     """The single-instance vLLM reference runs of the LLMServingSim ISPASS artifact."""
     path = (
@@ -477,109 +248,6 @@ def ispass(shared: Path) -> Iterator[dict[str, Any]]:
                 measured=row[column],
                 **base,
             )
-
-
-def eagle3_tables() -> Iterator[dict[str, Any]]:
-    """Speculative speedup against batch size: EAGLE-3 paper Tables 3 (SGLang, H100) and 5
-    (vLLM; GPU stated two ways)."""
-    for table, batches, speedups in (
-        (3, EAGLE3_T3_BATCH, EAGLE3_T3_SPEEDUP),
-        (5, EAGLE3_T5_BATCH, EAGLE3_T5_SPEEDUP),
-    ):
-        sglang = table == 3
-        for method, values in speedups.items():
-            for batch, speedup in zip(batches, values, strict=True):
-                yield _row(
-                    point_id=f"eagle3-t{table}-{method}-bs{batch}",
-                    source_group="eagle3-paper",
-                    engine="SGLang v0.4.4" if sglang else "vLLM (version not stated)",
-                    preset="sglang-0.4" if sglang else "vllm-v1",
-                    model="llama-3.1-8b",
-                    gpu="h100-sxm" if sglang else "RTX 3090 or A100 (stated both ways)",
-                    num_gpus=1,
-                    precision="bf16",
-                    method=method,
-                    num_speculative_tokens=3 if sglang else 2,
-                    arrival="closed_loop",
-                    concurrency=batch,
-                    prompt_tokens=MT_BENCH_PROMPT_TOKENS,
-                    output_tokens=MT_BENCH_OUTPUT_TOKENS,
-                    dataset="mt-bench",
-                    num_requests=80,
-                    quantity="speedup",
-                    statistic="ratio",
-                    measured=f"{speedup:.2f}",
-                    unit="x",
-                    source=EAGLE3_T3 if sglang else EAGLE3_T5,
-                    not_expressible=(
-                        ""
-                        if sglang
-                        else "GPU stated as RTX 3090 in the text and A100 in the table caption"
-                    ),
-                    notes=(
-                        "throughput with speculation / throughput without, same batch size; "
-                        "chain (no tree); batch size run as a closed loop of that many clients "
-                        "over MT-bench's 80 questions, lengths as the batch-1 table"
-                        + ("" if sglang else "; maximum chain length 2")
-                    ),
-                )
-
-
-def quoted_points() -> Iterator[dict[str, Any]]:
-    """Speculation under load quoted from a vLLM PR and an SGLang issue (both arms measured)."""
-    pr = (
-        'vllm-project/vllm PR #12755 "[Model][Speculative Decoding] DeepSeek MTP spec decode", '
-        'description, table "Results on various QPS", sub-table "Draft TP=1"'
-    )
-    for qps, base_ms, spec_ms in ((1, 55.47, 33.99), (2, 57.58, 48.8)):
-        yield _row(
-            point_id=f"vllm-pr12755-qps{qps}",
-            source_group="vllm-pr-12755",
-            engine="vLLM V0 (early 2025)",
-            preset="vllm-v1",
-            model="deepseek-ai/DeepSeek-R1",
-            gpu="not stated",
-            num_gpus=8,
-            precision="fp8",
-            method="mtp",
-            num_speculative_tokens=1,
-            arrival="poisson",
-            rate_per_s=qps,
-            quantity="speedup",
-            statistic="ratio",
-            measured=f"{base_ms / spec_ms:.3f}",
-            unit="x",
-            source=pr,
-            not_expressible="MLA MoE model not in the catalogue; FP8 weights; GPU not stated",
-            notes=f"baseline TPOT {base_ms} ms, MTP k=1 TPOT {spec_ms} ms (ratio: our arithmetic)",
-        )
-    issue = (
-        'sgl-project/sglang issue #6949 "[Bug] Performance Regression: Eagle Speculative Decoding '
-        'Causes Significant Inference Slowdown", comment by Ximingwang-09, 2025-06-07'
-    )
-    for tp, spec_tps, base_tps in ((1, 30, 21), (4, 59, 61)):
-        yield _row(
-            point_id=f"sglang-issue6949-tp{tp}",
-            source_group="sglang-issue-6949",
-            engine="SGLang (mid-2025)",
-            preset="sglang-0.4",
-            model="QwQ-class 32B (Qwen2 architecture, hidden 5120)",
-            gpu="not stated",
-            num_gpus=tp,
-            precision="bf16",
-            method="eagle",
-            arrival="closed_loop",
-            concurrency=1,
-            quantity="speedup",
-            statistic="ratio",
-            measured=f"{spec_tps / base_tps:.3f}",
-            unit="x",
-            source=issue,
-            not_expressible=(
-                "user-trained EAGLE head (acceptance not published); model and GPU not stated"
-            ),
-            notes=f"single stream: {spec_tps} tok/s with EAGLE, {base_tps} without (ratio: ours)",
-        )
 
 
 def build(shared: Path) -> list[dict[str, Any]]:

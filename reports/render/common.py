@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from reports.figures import (
     MAX_TIMELINE_POINTS,
@@ -23,13 +22,8 @@ from reports.figures import (
 from reports.render.document import ReportFigure, ReportTable, Section
 from reports.render.glossary import GLOSSARY_MARKDOWN
 from sim.errors import ScenarioError
-from sim.results import (
-    REQUESTS_FILE,
-    SCENARIO_FILE,
-    STEPS_FILE,
-    STEPS_PARQUET_FILE,
-    SUMMARY_FILE,
-)
+from sim.run_folder import RunFolder, SavedRun
+from sim.summary import Summary
 
 #: The headline figures of a run, in table order, as flattened summary columns.
 HEADLINE_COLUMNS = (
@@ -51,19 +45,33 @@ HEADLINE_COLUMNS = (
 )
 
 
-@dataclass
-class RunFolder:
-    """One run's files, read: summary, per-request table, step table (if written), scenario."""
+@dataclass(frozen=True)
+class ReportRun:
+    """One run folder as a report shows it: its name there and what the folder holds."""
 
     name: str
-    summary: dict[str, Any]
-    requests: pd.DataFrame | None
-    steps: pd.DataFrame | None
-    scenario: dict[str, Any]
+    saved: SavedRun
+
+    @property
+    def summary(self) -> Summary:
+        return self.saved.summary
+
+    @property
+    def requests(self) -> pd.DataFrame | None:
+        return self.saved.requests
+
+    @property
+    def steps(self) -> pd.DataFrame | None:
+        return self.saved.steps
+
+    @property
+    def scenario(self) -> dict[str, Any]:
+        """The resolved scenario the run saved."""
+        return self.saved.resolved_scenario
 
     @property
     def method(self) -> str:
-        return str(self.summary.get("method", "none"))
+        return self.summary.method
 
     def chain_k(self) -> int | None:
         """Draft tokens per step when the method drafts a chain, else None."""
@@ -72,13 +80,6 @@ class RunFolder:
             return None
         k = speculation.get("num_speculative_tokens")
         return int(k) if k is not None else None
-
-    def num_blocks(self) -> float | None:
-        """The KV pool's size in blocks, recovered as peak blocks used over peak usage."""
-        peak = self.summary.get("kv_cache_peak_usage")
-        if self.steps is None or not peak:
-            return None
-        return float(self.steps["kv_blocks_used"].max()) / float(peak)
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -92,37 +93,20 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_run(folder: Path, name: str | None = None, *, with_steps: bool = True) -> RunFolder:
-    """Read a run folder. Raise ScenarioError if ``summary.json`` is missing or unreadable."""
-    if not (folder / SUMMARY_FILE).is_file():
-        raise ScenarioError(f"{folder}: no {SUMMARY_FILE}; not a run folder")
-    summary = read_json(folder / SUMMARY_FILE)
-    requests = pd.read_csv(folder / REQUESTS_FILE) if (folder / REQUESTS_FILE).is_file() else None
-    steps = None
-    if with_steps and (folder / STEPS_PARQUET_FILE).is_file():
-        steps = pd.read_parquet(folder / STEPS_PARQUET_FILE)
-    elif with_steps and (folder / STEPS_FILE).is_file():
-        steps = pd.read_csv(folder / STEPS_FILE)
-    scenario: dict[str, Any] = {}
-    if (folder / SCENARIO_FILE).is_file():
-        scenario = yaml.safe_load((folder / SCENARIO_FILE).read_text(encoding="utf-8")) or {}
-    return RunFolder(
-        name or str(summary.get("method", folder.name)), summary, requests, steps, scenario
-    )
+def load_run(folder: Path, name: str | None = None, *, with_steps: bool = True) -> ReportRun:
+    """Read a run folder (:meth:`sim.run_folder.RunFolder.load`), named ``name`` or its method.
+
+    Raise OutputError if it holds no summary or a file cannot be read.
+    """
+    saved = RunFolder(folder).load(with_steps=with_steps)
+    return ReportRun(name or saved.summary.method, saved)
 
 
-def flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """A summary as one flat row (``ttft_ms.p99`` as ``ttft_p99_ms``)."""
-    from reports.sweep import flatten_summary
-
-    return flatten_summary(summary)
-
-
-def headline_table(runs: list[RunFolder]) -> pd.DataFrame:
+def headline_table(runs: list[ReportRun]) -> pd.DataFrame:
     """One row per run with the headline figures that its summary holds."""
     rows = []
     for run in runs:
-        flat = flat_summary(run.summary)
+        flat = run.summary.flat()
         rows.append({"run": run.name, **{c: flat.get(c) for c in HEADLINE_COLUMNS if c in flat}})
     return pd.DataFrame(rows)
 
@@ -155,17 +139,19 @@ def acceptance_section(lengths: dict[str, Any], note: str) -> Section | None:
     )
 
 
-def run_acceptance(runs: list[RunFolder]) -> dict[str, Any]:
+def run_acceptance(runs: list[ReportRun]) -> dict[str, Any]:
     """Per-request acceptance lengths of every run that has a requests table."""
     return {run.name: acceptance_lengths(run.requests) for run in runs if run.requests is not None}
 
 
-def timeline_section(runs: list[RunFolder]) -> Section | None:
+def timeline_section(runs: list[ReportRun]) -> Section | None:
     """KV usage and batch size over time, downsampled, for the runs that kept their steps."""
     timelines = {}
     for run in runs:
         if run.steps is not None and not run.steps.empty:
-            timelines[run.name] = steps_timeline(run.steps, run.num_blocks(), MAX_TIMELINE_POINTS)
+            timelines[run.name] = steps_timeline(
+                run.steps, run.saved.num_kv_blocks, MAX_TIMELINE_POINTS
+            )
     if not timelines:
         return None
     longest = max(len(run.steps) for run in runs if run.steps is not None)
@@ -203,11 +189,11 @@ def tokens_per_step_section(measured: list[tuple[str, int, float]]) -> Section:
     )
 
 
-def measured_points(runs: list[RunFolder]) -> list[tuple[str, int, float]]:
+def measured_points(runs: list[ReportRun]) -> list[tuple[str, int, float]]:
     """(name, k, mean acceptance length) of the runs that draft a chain."""
     points = []
     for run in runs:
-        k, tau = run.chain_k(), run.summary.get("mean_acceptance_length")
+        k, tau = run.chain_k(), run.summary.mean_acceptance_length
         if k is not None and tau is not None:
             points.append((run.name, k, float(tau)))
     return points

@@ -18,7 +18,7 @@ from reports.figures import (
 )
 from reports.render.common import (
     HEADLINE_COLUMNS,
-    RunFolder,
+    ReportRun,
     acceptance_section,
     glossary_section,
     load_run,
@@ -143,7 +143,7 @@ def _point_table(ok: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     return ok[list(dict.fromkeys(columns))].sort_values(axes or ["point"]).reset_index(drop=True)
 
 
-def _point_runs(folder: Path, ok: pd.DataFrame) -> list[RunFolder]:
+def _point_runs(folder: Path, ok: pd.DataFrame) -> list[ReportRun]:
     runs = []
     for point, method in zip(ok["point"], ok["method"], strict=True):
         point_dir = folder / "points" / str(point)
@@ -153,7 +153,7 @@ def _point_runs(folder: Path, ok: pd.DataFrame) -> list[RunFolder]:
     return runs
 
 
-def _pooled_by_method(runs: list[RunFolder]) -> dict[str, Any]:
+def _pooled_by_method(runs: list[ReportRun]) -> dict[str, Any]:
     pooled: dict[str, list[np.ndarray]] = {}
     for run in runs:
         for name, values in run_acceptance([run]).items():

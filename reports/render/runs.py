@@ -8,7 +8,7 @@ import pandas as pd
 
 from reports.figures import metric_label
 from reports.render.common import (
-    RunFolder,
+    ReportRun,
     acceptance_section,
     glossary_section,
     headline_table,
@@ -39,7 +39,7 @@ COMPARISON_COLUMNS = (
 )
 
 
-def _describe(run: RunFolder) -> str:
+def _describe(run: ReportRun) -> str:
     scenario = run.scenario
     hardware = scenario.get("hardware") or {}
     workload = scenario.get("workload") or {}
@@ -54,13 +54,13 @@ def _describe(run: RunFolder) -> str:
     model = scenario.get("model")
     model_name = model if isinstance(model, str) else "an inline model"
     return (
-        f"Scenario `{run.summary.get('scenario')}`: {model_name} on {hardware.get('num_gpus', 1)}× "
+        f"Scenario `{run.summary.scenario}`: {model_name} on {hardware.get('num_gpus', 1)}× "
         f"{hardware.get('gpu', '?')}, method `{run.method}`, {workload.get('num_requests')} "
-        f"requests at {load}, seed {run.summary.get('seed')}."
+        f"requests at {load}, seed {run.summary.seed}."
     )
 
 
-def _common_sections(runs: list[RunFolder], sections: list[Section]) -> list[Section]:
+def _common_sections(runs: list[ReportRun], sections: list[Section]) -> list[Section]:
     acceptance = acceptance_section(
         run_acceptance(runs),
         "The mean over requests weights each request equally; the summary's "
@@ -93,7 +93,7 @@ def run_report(folder: Path) -> Report:
         [_describe(run)],
         tables=[ReportTable("Headline figures (summary.json)", metrics)],
     )
-    title = f"specsim run: {run.summary.get('scenario', folder.name)}"
+    title = f"specsim run: {run.summary.scenario}"
     return Report(title, "run", str(folder), _common_sections([run], [overview]))
 
 
@@ -134,5 +134,5 @@ def compare_report(folder: Path) -> Report:
         ],
         [ReportTable("comparison.csv", shown)],
     )
-    title = f"specsim compare: {runs[0].summary.get('scenario', folder.name)}"
+    title = f"specsim compare: {runs[0].summary.scenario}"
     return Report(title, "compare", str(folder), _common_sections(runs, [overview]))

@@ -3,7 +3,7 @@
 Drafting heads (EAGLE, Medusa, MTP) are not catalogue models: an EAGLE head is one decoder layer of
 the target's shape plus a fusion matrix, and it reads the target's lm_head. :class:`DraftNetwork`
 holds the sizes of such a network and :class:`NetworkCost` maps one forward of it to seconds with
-the same per-operator-class rooflines as :class:`sim.cost_model.StepCostModel` (COST_MODEL.md):
+the same per-operator-class rooflines as :class:`sim.cost_model.StepCostModel` (docs/cost-model.md):
 
 * linear layers ``smooth_max(w_bytes/(TP·η_bw·BW), 2·(P_body·N + P_head·N_logits)/(TP·η_fl·F))``
   plus the fitted per-GEMM floor for each GEMM kernel of the network;

@@ -52,12 +52,13 @@ def _draft_terms(drafter: Drafter) -> tuple[int, tuple[float, float, float], lis
     per_context_token·context), 0)``) or its draft networks' forwards (EAGLE, EAGLE-3, MTP:
     :class:`~sim.drafting.eagle.EagleStrategy`), or by the drafter itself. Also the constant
     terms and, for networks, the two :class:`~sim.drafting.network.NetworkCost`."""
+    from sim.drafting.base import NoSpeculation
     from sim.drafting.eagle import EagleStrategy
     from sim.drafting.lookahead import LookaheadStrategy
     from sim.drafting.ngram import NgramStrategy
 
     kind = type(drafter)
-    if drafter.name == "none" and kind.__name__ in ("NoDrafter", "NoSpeculation"):
+    if kind is NoSpeculation:
         return DRAFT_NONE, (0.0, 0.0, 0.0), []
     if issubclass(kind, NgramStrategy) and kind.draft_time_s is NgramStrategy.draft_time_s:
         o = drafter.overheads  # type: ignore[attr-defined]

@@ -50,18 +50,6 @@ class Drafter(Protocol):
         ...
 
 
-class NoDrafter:
-    """No speculation: steps carry one token per decoding sequence and cost nothing extra."""
-
-    name = "none"
-
-    def draft_time_s(self, work: DraftWork) -> FloatArray:
-        return np.zeros(len(np.atleast_1d(work.num_seqs)))
-
-    def extra_kv_bytes_per_token(self) -> float:
-        return 0.0
-
-
 #: Zeros appended to a plan: reads past a request's plan land there.
 PLAN_PADDING = 1
 

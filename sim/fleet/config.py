@@ -23,9 +23,6 @@ from sim.inputs import SCHEMA_CONFIG
 
 _STRICT = SCHEMA_CONFIG
 
-#: Router policies a scenario can name (``fleet.router.policy``).
-ROUTER_POLICIES = ("round_robin", "least_outstanding", "least_kv", "session_affinity")
-
 
 def _nested(value: Any, model: str) -> Any:
     """Validate a partial ``hardware``/``engine`` mapping with the scenario's own schema.

@@ -11,7 +11,8 @@ there a request's first token reaches the client with its KV, at ``decode_arriva
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from sim import __version__
 from sim.metrics import summarize
 from sim.run import REQUEST_COLUMNS, ScenarioResult, resolved_document
 from sim.scenario import Scenario
+from sim.summary import DistributionMs, FleetLink, FleetSummary, ReplicaSummary
 
 if TYPE_CHECKING:
     from sim.fleet.build import ReplicaGroup
@@ -114,8 +116,8 @@ class FleetRecords:
 
 
 def _replica_summary(
-    replica: Replica, records: FleetRecords, warmup: int, speculative: bool
-) -> dict[str, Any]:
+    replica: Replica, records: FleetRecords, warmup: int, scenario: Scenario
+) -> ReplicaSummary:
     core = replica.core
     served = np.flatnonzero(
         (records.requests["replica"] == replica.index)
@@ -132,21 +134,23 @@ def _replica_summary(
         irregular_at,
         0,
         core.kv.num_blocks,
-        speculative,
+        scenario=scenario.name,
+        method=scenario.speculation.method,
+        seed=scenario.seed,
     )
     if group.role == "decode":
         # A decode replica's requests arrive with their first token: TTFT is the fleet's.
-        summary["ttft_ms"] = {key: None for key in summary["ttft_ms"]}
-    return {
-        "replica": replica.index,
-        "role": group.role,
-        "group": group.key_path,
-        "gpu": group.gpu,
-        "num_gpus": group.num_gpus,
-        "num_kv_blocks": core.kv.num_blocks,
-        "num_routed": replica.num_routed,
-        **summary,
-    }
+        summary = replace(summary, ttft_ms=DistributionMs.empty())
+    return ReplicaSummary(
+        replica=replica.index,
+        role=group.role,
+        group=group.key_path,
+        gpu=group.gpu,
+        num_gpus=group.num_gpus,
+        num_kv_blocks=core.kv.num_blocks,
+        num_routed=replica.num_routed,
+        measures=summary,
+    )
 
 
 def fleet_result(
@@ -159,40 +163,42 @@ def fleet_result(
 ) -> ScenarioResult:
     """The fleet-wide result: summary (a node's keys plus ``fleet``), records, resolved scenario."""
     warmup = scenario.measurement.warmup_requests
-    speculative = scenario.speculation.method != "none"
     steps = records.steps()
     irregular, irregular_at = records.irregular_itl()
-    per_replica = [_replica_summary(r, records, warmup, speculative) for r in records.replicas]
-    summary_core = summarize(
-        records.requests, steps, irregular, irregular_at, warmup, 1, speculative
+    per_replica = [_replica_summary(r, records, warmup, scenario) for r in records.replicas]
+    fleet_wide = summarize(
+        records.requests,
+        steps,
+        irregular,
+        irregular_at,
+        warmup,
+        1,
+        scenario=scenario.name,
+        method=scenario.speculation.method,
+        seed=scenario.seed,
     )
-    summary_core["sim_duration_s"] = max(s["sim_duration_s"] for s in per_replica)
-    summary_core["kv_cache_peak_usage"] = max(s["kv_cache_peak_usage"] for s in per_replica)
-    num_gpus = sum(g.count * g.num_gpus for g in groups)
-    fleet: dict[str, Any] = {
-        "shape": "colocated" if config.disaggregation is None else "disaggregated",
-        "router": config.router.policy,
-        "num_replicas": len(records.replicas),
-        "num_gpus": num_gpus,
-        "replicas": per_replica,
-    }
+    fleet = FleetSummary(
+        shape="colocated" if config.disaggregation is None else "disaggregated",
+        router=config.router.policy,
+        num_replicas=len(records.replicas),
+        num_gpus=sum(g.count * g.num_gpus for g in groups),
+        replicas=tuple(per_replica),
+    )
     if link is not None:
-        fleet["link"] = {
-            "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
-            "latency_s": link.latency_s,
-            "source": link.source,
-        }
         moved = records.requests["kv_transfer_s"][records.requests["kv_transfer_s"] > 0]
-        fleet["kv_transfer_ms_mean"] = float(moved.mean() * 1e3) if len(moved) else None
-    summary = {
-        "scenario": scenario.name,
-        "method": scenario.speculation.method,
-        "seed": scenario.seed,
-        **summary_core,
-        "fleet": fleet,
-        "wall_time_s": wall_time_s,
-        "specsim_version": __version__,
-    }
+        fleet = replace(
+            fleet,
+            link=FleetLink(link.bandwidth_bytes_per_s, link.latency_s, link.source),
+            kv_transfer_ms_mean=float(moved.mean() * 1e3) if len(moved) else None,
+        )
+    summary = replace(
+        fleet_wide,
+        sim_duration_s=max(r.measures.sim_duration_s for r in per_replica),
+        kv_cache_peak_usage=max(r.measures.kv_cache_peak_usage for r in per_replica),
+        fleet=fleet,
+        wall_time_s=wall_time_s,
+        specsim_version=__version__,
+    )
     first = groups[0].simulation
     resolved = resolved_document(scenario, first.engine)
     resolved["derived"] = {

@@ -132,5 +132,5 @@ def tree_speedup_at(batch: int) -> float:
             update={"arrival": base.workload.arrival.model_copy(update={"concurrency": batch})}
         )
         scenario = base.model_copy(update={"workload": workload})
-        throughput.append(run_scenario(scenario, Path.cwd()).summary["output_throughput_tok_s"])
+        throughput.append(run_scenario(scenario, Path.cwd()).summary.output_throughput_tok_s)
     return float(throughput[0] / throughput[1])

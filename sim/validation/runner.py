@@ -12,16 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sim.errors import SpecsimError
 from sim.run import run_scenario
 from sim.scenario import Scenario
+from sim.summary import Summary
 from sim.validation.points import ValidationPoint, load_points
 from sim.validation.scenarios import REGIMES, regime_of, traces_dir, try_build
 
 #: ``--regime`` words that stand for several regimes.
 REGIME_ALIASES = {"all": REGIMES, "under-load": REGIMES[1:]}
+#: The summary latency each latency quantity of a validation point is.
+LATENCY_OF_QUANTITY = {"tpot_ms": "tpot", "ttft_ms": "ttft"}
 #: Which error budget a quantity belongs to.
 FAMILY = {
     "tpot_ms": "tpot",
@@ -114,9 +116,9 @@ class _Runs:
     """Run each distinct scenario once and keep its summary."""
 
     def __init__(self) -> None:
-        self._summaries: dict[str, dict[str, Any]] = {}
+        self._summaries: dict[str, Summary] = {}
 
-    def summary(self, scenario: Scenario) -> dict[str, Any]:
+    def summary(self, scenario: Scenario) -> Summary:
         key = scenario.model_dump_json()
         if key not in self._summaries:
             self._summaries[key] = run_scenario(scenario, traces_dir()).summary
@@ -133,13 +135,16 @@ def _predict(point: ValidationPoint, runs: _Runs) -> tuple[float | None, str]:
             baseline, reason = try_build(point, method="none")
             if baseline is None:
                 return None, reason
-            plain = runs.summary(baseline)["output_throughput_tok_s"]
-            return summary["output_throughput_tok_s"] / plain, ""
+            plain = runs.summary(baseline).output_throughput_tok_s
+            return summary.output_throughput_tok_s / plain, ""
     except SpecsimError as exc:  # e.g. the model does not fit on the GPUs
         return None, f"simulation refused: {exc}"
     if point.quantity == "output_tok_s":
-        return float(summary["output_throughput_tok_s"]), ""
-    return float(summary[point.quantity][point.statistic]), ""
+        return float(summary.output_throughput_tok_s), ""
+    value = summary.latency_stat_ms(LATENCY_OF_QUANTITY[point.quantity], point.statistic)
+    if value is None:
+        return None, f"the run measured no {point.quantity}"
+    return float(value), ""
 
 
 def run_points(

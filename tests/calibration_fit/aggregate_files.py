@@ -51,7 +51,7 @@ def bench_result(document: dict[str, Any], concurrency: int | None) -> dict[str,
     s, r = result.summary, result.requests
     rate = document["workload"]["arrival"].get("rate_per_s")
     ttft = (r["first_token_at_s"] - r["arrival_at_s"]) * 1e3
-    window = s["measurement_window_s"][1] - s["measurement_window_s"][0]
+    window = s.measurement_window_s[1] - s.measurement_window_s[0]
     out: dict[str, Any] = {
         "date": "20260101-000000",
         "endpoint_type": "vllm",
@@ -66,17 +66,17 @@ def bench_result(document: dict[str, Any], concurrency: int | None) -> dict[str,
         "completed": len(ttft),
         "total_input_tokens": int(r["prompt_tokens"].sum()),
         "total_output_tokens": int(r["output_tokens"].sum()),
-        "request_throughput": s["request_throughput_req_s"],
+        "request_throughput": s.request_throughput_req_s,
         "request_goodput": None,
-        "output_throughput": s["output_throughput_tok_s"],
-        "total_token_throughput": s["total_token_throughput_tok_s"],
+        "output_throughput": s.output_throughput_tok_s,
+        "total_token_throughput": s.total_token_throughput_tok_s,
     }
     for metric in ("ttft", "tpot", "itl"):
-        block = s[f"{metric}_ms"]
-        out[f"mean_{metric}_ms"] = block["mean"]
-        out[f"median_{metric}_ms"] = block["p50"]
+        block = s.latency_ms(metric)
+        out[f"mean_{metric}_ms"] = block.mean
+        out[f"median_{metric}_ms"] = block.p50
         out[f"std_{metric}_ms"] = float(np.std(ttft)) if metric == "ttft" else 0.0
-        out[f"p99_{metric}_ms"] = block["p99"]
+        out[f"p99_{metric}_ms"] = block.p99
     return out
 
 

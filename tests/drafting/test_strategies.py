@@ -83,8 +83,8 @@ def test_each_strategy_runs_end_to_end(preset: str, method: str, extra: dict[str
     sc = scenario(method, preset, **dict(extra))
     result = run_scenario(sc, Path.cwd(), check_invariants=True)
     s = result.summary
-    assert s["num_completed"] == 12
-    assert s["mean_acceptance_length"] > 1.0
+    assert s.num_completed == 12
+    assert s.mean_acceptance_length > 1.0
     assert float(np.sum(result.steps["draft_s"])) > 0.0
 
 
@@ -94,9 +94,9 @@ def test_lookahead_runs_when_support_is_not_enforced() -> None:
     result = run_scenario(sc, Path.cwd(), check_invariants=True, enforce_support=False)
     strategy = build(sc, enforce=False)
     assert strategy.extra_tokens_per_decode == 5 * 4  # W·(N − 1)
-    assert result.summary["num_completed"] == 12
+    assert result.summary.num_completed == 12
     # Every decode step computes 1 + W·(N−1) + drafts tokens per sequence.
-    assert result.summary["mean_tokens_per_step"] > 20
+    assert result.summary.mean_tokens_per_step > 20
 
 
 def work(num_seqs: int, k: int, context: int = 500) -> DraftWork:

@@ -21,9 +21,10 @@ from numpy.typing import NDArray
 
 from sim.catalogue import get_gpu, get_model
 from sim.cost_model import StepCostModel
+from sim.drafting.base import NoSpeculation
 from sim.efficiency import load_efficiency
 from sim.engine.core import EngineCore
-from sim.engine.drafter import NoDrafter, StepPlan
+from sim.engine.drafter import StepPlan
 from sim.engine.kv_cache import BlockManager
 from sim.engine.node import ArrivalSchedule, ServingNode
 from sim.engine.prefix_cache import PrefixStructure
@@ -102,7 +103,7 @@ def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
     return EngineCore(
         Scheduler(config, requests, kv, plan),
         cost_model(),
-        NoDrafter(),
+        NoSpeculation(),
         plan,
         StepRecorder(initial_capacity=64),
         fast_forward,

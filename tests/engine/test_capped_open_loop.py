@@ -45,5 +45,5 @@ def test_a_cap_above_the_request_count_changes_nothing() -> None:
 
 def test_a_binding_cap_lowers_the_batch_and_delays_sends() -> None:
     capped, due = _run(200.0, 2)
-    assert capped.summary["mean_batch_size"] <= 2.0 + 1e-9
+    assert capped.summary.mean_batch_size <= 2.0 + 1e-9
     assert np.mean(capped.requests["arrival_at_s"] - due) > 0

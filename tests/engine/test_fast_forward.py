@@ -169,17 +169,18 @@ def test_identical_records_for_whole_scenarios(name: str) -> None:
         recorder.append = counted  # type: ignore[method-assign]
         results.append(execute(simulation))
     fast, slow = results
-    assert fast.summary["num_completed"] == scenario.workload.num_requests
+    assert fast.summary.num_completed == scenario.workload.num_requests
     _assert_identical(fast.steps, slow.steps)
     _assert_identical(
         {k: fast.requests[k] for k in REQUEST_COLUMNS},
         {k: slow.requests[k] for k in REQUEST_COLUMNS},
     )
-    for key in fast.summary:
+    fast_summary, slow_summary = fast.summary.to_dict(), slow.summary.to_dict()
+    for key in fast_summary:
         if key != "wall_time_s":
-            assert fast.summary[key] == slow.summary[key] or (
-                fast.summary[key] != fast.summary[key] and slow.summary[key] != slow.summary[key]
+            assert fast_summary[key] == slow_summary[key] or (
+                fast_summary[key] != fast_summary[key] and slow_summary[key] != slow_summary[key]
             ), key
     assert fast_forwarded[0] > 0 and fast_forwarded[1] == 0
     if name.endswith("kv-pressure"):
-        assert fast.summary["num_preemptions"] > 0
+        assert fast.summary.num_preemptions > 0

@@ -3,6 +3,7 @@ values in those columns, as one that keeps them all."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +38,7 @@ def test_summary_records_give_the_same_summary(name: str) -> None:
     assert set(lean.steps) == set(SUMMARY_COLUMNS)
     for column in SUMMARY_COLUMNS:
         assert np.array_equal(lean.steps[column], full.steps[column]), column
-    del full.summary["wall_time_s"], lean.summary["wall_time_s"]
-    assert lean.summary == full.summary
+    assert replace(lean.summary, wall_time_s=None) == replace(full.summary, wall_time_s=None)
 
 
 def test_a_fleet_keeps_the_summary_columns_of_each_replica() -> None:
@@ -49,8 +49,7 @@ def test_a_fleet_keeps_the_summary_columns_of_each_replica() -> None:
     assert set(lean.steps) <= set(SUMMARY_COLUMNS) | {"replica"}
     for column in SUMMARY_COLUMNS:
         assert np.array_equal(lean.steps[column], full.steps[column]), column
-    del full.summary["wall_time_s"], lean.summary["wall_time_s"]
-    assert lean.summary == full.summary
+    assert replace(lean.summary, wall_time_s=None) == replace(full.summary, wall_time_s=None)
 
 
 def test_a_recorder_refuses_columns_it_cannot_keep() -> None:

@@ -71,7 +71,7 @@ def test_disaggregated_tokens_are_conserved() -> None:
     # Decode replicas never prefill a prompt: their steps compute one token per new request.
     decode_prefill = steps["num_prefill_tokens"][steps["replica"] > 0].sum()
     assert decode_prefill == (r["output_tokens"] > 1).sum()
-    roles = [p["role"] for p in result.summary["fleet"]["replicas"]]
+    roles = [p.role for p in result.summary.fleet.replicas]
     assert roles == ["prefill", "decode", "decode"]
 
 
@@ -79,4 +79,4 @@ def test_a_slower_link_delays_the_first_token() -> None:
     slow = {**DISAGGREGATED, "disaggregation": {**DISAGGREGATED["disaggregation"]}}
     slow["disaggregation"]["link"] = {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-3}
     fast, slower = run(DISAGGREGATED), run(slow)
-    assert slower.summary["ttft_ms"]["mean"] > fast.summary["ttft_ms"]["mean"]
+    assert slower.summary.ttft_ms.mean > fast.summary.ttft_ms.mean

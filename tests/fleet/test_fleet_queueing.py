@@ -29,9 +29,9 @@ def test_littles_law_fleet_wide(router: str) -> None:
         {"replicas": 3, "router": router}, arrival={"process": "poisson", "rate_per_s": 60}
     )
     r, s = result.requests, result.summary
-    start, end = s["measurement_window_s"]
+    start, end = s.measurement_window_s
     area = _area(r["arrival_at_s"], r["finished_at_s"], start, end)
-    little = s["request_throughput_req_s"] * s["e2e_latency_ms"]["mean"] / 1e3
+    little = s.request_throughput_req_s * s.e2e_latency_ms.mean / 1e3
     assert area / (end - start) == pytest.approx(little, rel=1e-9)
     # The fleet holds several requests at once on average: the law is not checked at N = 0.
     assert little > 3
@@ -43,7 +43,7 @@ def test_each_replicas_steps_count_its_requests(router: str) -> None:
         {"replicas": 3, "router": router}, arrival={"process": "poisson", "rate_per_s": 60}
     )
     r, steps = result.requests, result.steps
-    assert result.summary["num_preemptions"] == 0
+    assert result.summary.num_preemptions == 0
     for index in range(3):
         mine = r["replica"] == index
         rows = steps["replica"] == index

@@ -41,7 +41,7 @@ def test_one_replica_fleet_is_the_plain_node(router: str, method: str) -> None:
     for name, column in node.steps.items():
         assert _same(column, fleet.steps[name]), name
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_latency_ms", "num_steps", "sim_duration_s"):
-        assert node.summary[key] == fleet.summary[key], key
+        assert getattr(node.summary, key) == getattr(fleet.summary, key), key
 
 
 @pytest.mark.parametrize("router", [*ROUTERS, "session_affinity"])
@@ -53,10 +53,10 @@ def test_every_request_is_served_once_by_one_replica(router: str) -> None:
     replica = r["replica"]
     assert ((replica >= 0) & (replica < 3)).all()
     assert not np.isnan(r["finished_at_s"]).any()
-    per_replica = result.summary["fleet"]["replicas"]
-    assert sum(p["num_routed"] for p in per_replica) == len(replica)
-    assert [p["num_routed"] for p in per_replica] == np.bincount(replica, minlength=3).tolist()
-    assert sum(p["num_completed"] for p in per_replica) == len(replica)
+    per_replica = result.summary.fleet.replicas
+    assert sum(p.num_routed for p in per_replica) == len(replica)
+    assert [p.num_routed for p in per_replica] == np.bincount(replica, minlength=3).tolist()
+    assert sum(p.measures.num_completed for p in per_replica) == len(replica)
     # Each replica's steps emitted exactly the output tokens of the requests it served.
     steps = result.steps
     for index in range(3):
@@ -128,7 +128,7 @@ def test_runs_are_reproducible_and_the_seed_matters() -> None:
     fleet = {"replicas": 3, "router": "least_outstanding"}
     first, second = run(fleet), run(fleet)
     assert np.array_equal(first.requests["replica"], second.requests["replica"])
-    assert first.summary["ttft_ms"] == second.summary["ttft_ms"]
+    assert first.summary.ttft_ms == second.summary.ttft_ms
 
 
 @pytest.mark.parametrize(

@@ -179,7 +179,9 @@ def _run_valid(scenario: Any, base_dir: Path) -> str:
     if estimate.wall_s is None or estimate.wall_s > RUN_IF_ESTIMATE_BELOW_S:
         return "estimated"
     result = run_scenario(scenario, base_dir)
-    problems = metric_problems(result.summary, result.requests, scenario.workload.num_requests)
+    problems = metric_problems(
+        result.summary.to_dict(), result.requests, scenario.workload.num_requests
+    )
     if problems:
         raise AssertionError(f"exit-0 run with impossible metrics: {problems}")
     return "ran"

@@ -34,7 +34,7 @@ def golden_summary(scenario_path: Path) -> dict[str, Any]:
     from sim.scenario import load_scenario
 
     scenario, base_dir = load_scenario(scenario_path)
-    summary = run_scenario(scenario, base_dir).summary
+    summary = run_scenario(scenario, base_dir).summary.to_dict()
     return {k: v for k, v in summary.items() if k not in VOLATILE_KEYS}
 
 

@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 import reports.comparison as comparison
 from reports.comparison import method_document
 from sim.errors import ScenarioError
+from sim.scenario import METHODS, validate_document
+from sim.speculation import CHAIN_ONLY_METHODS
 
 SMALL = ["--set", "workload.num_requests=60"]
 
@@ -60,6 +62,19 @@ def test_generic_acceptance_is_kept_and_other_methods_keys_are_dropped() -> None
     profile = _document(acceptance={"profile": "eagle3/llama-3.1-8b/mt-bench"})
     assert "acceptance" not in method_document(profile, "eagle")[0]["speculation"]
     assert method_document(document, "none")[0]["speculation"] == {"method": "none"}
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "none"])
+def test_a_tree_is_kept_exactly_for_the_methods_whose_settings_take_one(method: str) -> None:
+    # The compared method's document must load: a chain-only method refuses a tree at load time
+    # (sim.speculation), so compare drops it for those and only those.
+    document = _document(num_speculative_tokens=3, tree={"shape": [2, 1, 1]})
+    variant, notes = method_document(document, method)
+    assert ("tree" in variant["speculation"]) == (method not in CHAIN_ONLY_METHODS)
+    assert any("speculation.tree dropped" in note for note in notes) == (
+        method in CHAIN_ONLY_METHODS
+    )
+    validate_document(variant, "compare")
 
 
 def test_compare_runs_every_method_on_identical_requests(

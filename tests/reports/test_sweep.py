@@ -12,10 +12,11 @@ import typer
 from typer.testing import CliRunner
 
 import reports.sweep as sweep
-from reports.sweep import flatten_summary, run_sweep
+from reports.sweep import run_sweep
 from reports.sweep_grid import SweepPoint, expand_grid, parse_grid, split_values
 from sim.errors import ScenarioError
 from sim.scenario import apply_override, read_document
+from sim.summary import Summary
 
 GRID = ["--grid", "workload.arrival.rate_per_s=2,4", "--grid", "seed=0,1"]
 SMALL = ["--set", "workload.num_requests=30"]
@@ -72,10 +73,10 @@ def test_every_point_is_validated_before_any_runs() -> None:
         _points("seed=1,1.0")
 
 
-def test_flatten_summary_names_percentiles_as_the_slo_keys() -> None:
+def test_a_flat_summary_names_percentiles_as_the_slo_keys() -> None:
     golden = Path(__file__).resolve().parents[1] / "golden" / "spec-chat-eagle3.json"
     summary = json.loads(golden.read_text(encoding="utf-8"))
-    row = flatten_summary(summary)
+    row = Summary.from_dict(summary).flat()
     assert row["method"] == "eagle3" and row["num_steps"] == summary["num_steps"]
     assert row["ttft_mean_ms"] == summary["ttft_ms"]["mean"]
     assert row["ttft_p99_ms"] == summary["ttft_ms"]["p99"]

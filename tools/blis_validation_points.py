@@ -1,0 +1,184 @@
+"""The BLIS (inference-sim) rows of ``sim/data/validation_points.csv``: vLLM on H100 at
+constant request rates, from the training stages and the sim-to-real validation
+(``tools/build_validation_points.py`` gathers every source)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+try:
+    from tools.validation_rows import _read, _row
+except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
+    from validation_rows import _read, _row  # type: ignore[no-redef]
+
+BLIS_TRAIN = (
+    "inference-sim/training @ ed5c1d26900e, "
+    "default_args/{exp}/results/{stage}_lifecycle_metrics.json"
+)
+BLIS_S2R = (
+    "inference-sim/sim-to-real-accuracy-validation @ dcec3fd4711c, {file}, column actual, "
+    "experiment {exp}, stage_index {stage}"
+)
+BLIS_MODELS = {
+    "meta-llama/Llama-2-7b-hf": "llama-2-7b",
+    "meta-llama/Llama-2-70b-hf": "llama-2-70b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+    "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b",
+    "mistralai/Mistral-Nemo-Instruct-2407": "mistral-nemo-12b",
+}
+#: inference-perf's constant-rate load spaces arrivals evenly; the scenario schema has no
+#: deterministic process, so the rows use gamma gaps with a coefficient of variation of 0.01.
+CONSTANT_RATE = "constant"
+
+
+def blis_training(shared: Path) -> Iterator[dict[str, Any]]:
+    """vLLM on H100 at constant request rates, per stage: decode time per token, TTFT p50, output
+    throughput."""
+    path = (
+        shared
+        / "under-load"
+        / "blis_h100_vllm_serving"
+        / "inference_sim_training_stage_metrics.csv"
+    )
+    for row in _read(path):
+        if row["stage"] == "summary":
+            continue
+        model = BLIS_MODELS.get(row["model"], row["model"])
+        reason = ""
+        if row["overload_excluded_by_source"] == "True":
+            reason = "overloaded run its source excludes (past capacity, minute-scale TTFT)"
+        elif float(row["ttft_mean_s"]) > 10:
+            reason = (
+                "overloaded run: minute-scale TTFT, past capacity like the runs its source excludes"
+            )
+        base = dict(
+            source_group="blis-training",
+            engine="vLLM (version not stated)",
+            # Dated 2026-02 (experiment folders), after vLLM 0.14.0 (2026-01-17) made async
+            # scheduling the default: an inference from the dates, said in the notes.
+            preset="vllm-v1-async",
+            model=model,
+            gpu="h100-sxm",
+            num_gpus=int(row["tensor_parallel"]),
+            precision="fp16",
+            method="none",
+            arrival=CONSTANT_RATE,
+            rate_per_s=row["requested_rate_rps"],
+            prompt_tokens=round(float(row["prompt_len_mean"])),
+            output_tokens=round(float(row["output_len_mean"])),
+            max_num_seqs=row["max_num_seqs"],
+            max_num_batched_tokens=row["max_num_batched_tokens"],
+            dataset="random",
+            num_requests=min(300, round(float(row["requested_rate_rps"]) * 30)),
+            source=BLIS_TRAIN.format(exp=row["experiment"], stage=row["stage"]),
+            not_expressible=reason,
+            notes=(
+                f"{row['workload_profile']} profile, shared-prefix prompts, ignore_eos; "
+                "lengths are the run's means; 30 s of the stage (at most 300 requests) simulated; "
+                "vllm-v1-async preset: the run is dated 2026-02, after async scheduling became "
+                "vLLM's default in 0.14.0"
+            ),
+        )
+        stem = f"blis-{row['experiment'].split('-', 2)[2]}-{row['stage']}"
+        yield _row(
+            point_id=f"{stem}-tpot",
+            quantity="tpot_ms",
+            statistic="mean",
+            unit="ms",
+            measured=f"{1000 * float(row['decode_s_per_token_from_means']):.4f}",
+            **{**base, "notes": base["notes"] + "; (E2E mean - TTFT mean)/(output mean - 1)"},
+        )
+        yield _row(
+            point_id=f"{stem}-ttft",
+            quantity="ttft_ms",
+            statistic="p50",
+            unit="ms",
+            measured=f"{1000 * float(row['ttft_p50_s']):.4f}",
+            **base,
+        )
+        yield _row(
+            point_id=f"{stem}-throughput",
+            quantity="output_tok_s",
+            statistic="mean",
+            unit="tok/s",
+            measured=f"{float(row['output_tok_per_s']):.3f}",
+            **base,
+        )
+
+
+def blis_sim_to_real(shared: Path) -> Iterator[dict[str, Any]]:
+    """Per-stage vLLM ground truth of the sim-to-real study (stages whose rate is published), and
+    the MoE whole-run rows whose workload is not published (kept, not expressible)."""
+    path = shared / "under-load" / "blis_h100_vllm_serving" / "sim_to_real_ground_truth.csv"
+    for row in _read(path):
+        stage = int(row["stage_index"])
+        whole_run_moe = stage < 0 and "mixtral" in row["model"].lower()
+        if stage < 0 and not whole_run_moe:
+            continue
+        if row["experiment"].startswith("2026"):
+            continue  # the same runs as inference_sim_training_stage_metrics.csv
+        model = BLIS_MODELS.get(row["model"], row["model"])
+        file = (
+            "results_trainval/error_records.csv"
+            if stage >= 0 or row["workload_spec_source"].startswith("inference-sim")
+            else "results/llmservingsim_error_records_matched.csv"
+        )
+        reason = ""
+        if whole_run_moe:
+            reason = "request rate and lengths of the run not published (only the profile name)"
+        has_shape = bool(row["question_len"])
+        base = dict(
+            source_group="blis-sim-to-real",
+            engine="vLLM (version not stated)",
+            preset="vllm-v1",
+            model=model,
+            gpu="h100-sxm",
+            num_gpus=int(float(row["tensor_parallel"])),
+            precision=row["precision"].lower(),
+            method="none",
+            arrival=CONSTANT_RATE if has_shape else "",
+            rate_per_s=row["requested_rate_rps"] if stage >= 0 else "",
+            prompt_tokens=(
+                round(float(row["system_prompt_len"]) + float(row["question_len"]))
+                if has_shape
+                else ""
+            ),
+            output_tokens=round(float(row["output_len_target"])) if has_shape else "",
+            max_num_seqs=row["max_num_seqs"].split(".")[0],
+            max_num_batched_tokens=row["max_num_batched_tokens"].split(".")[0],
+            dataset="random",
+            num_requests=(
+                min(300, round(float(row["requested_rate_rps"]) * 30)) if stage >= 0 else ""
+            ),
+            source=BLIS_S2R.format(file=file, exp=row["experiment"], stage=stage),
+            not_expressible=reason,
+            notes=(
+                f"{row['workload_profile']} profile; lengths are the workload spec's targets "
+                "(system prompt + question, output); 30 s of the stage (at most 300 requests) "
+                "simulated"
+                if has_shape
+                else f"{row['workload_profile']} profile"
+            ),
+        )
+        stem = f"s2r-{row['experiment']}-{stage if stage >= 0 else 'all'}"
+        yield _row(
+            point_id=f"{stem}-tpot",
+            quantity="tpot_ms",
+            statistic="mean",
+            unit="ms",
+            measured=f"{float(row['itl_mean_ms']):.4f}",
+            **{**base, "notes": base["notes"] + "; ITL mean = (E2E - TTFT)/(output - 1)"},
+        )
+        yield _row(
+            point_id=f"{stem}-ttft",
+            quantity="ttft_ms",
+            statistic="mean",
+            unit="ms",
+            measured=f"{float(row['ttft_mean_ms']):.4f}",
+            **base,
+        )

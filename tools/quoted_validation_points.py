@@ -1,0 +1,134 @@
+"""The rows of ``sim/data/validation_points.csv`` quoted from papers, PRs and issues rather
+than read from a data folder: the EAGLE-3 paper's speedup tables and speculation under load
+(``tools/build_validation_points.py`` gathers every source)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+try:
+    from tools.validation_rows import _row
+except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
+    from validation_rows import _row  # type: ignore[no-redef]
+
+EAGLE3_T3 = "EAGLE-3 paper (Li et al., arXiv:2503.01840v3), section 4.3, Table 3"
+EAGLE3_T5 = "EAGLE-3 paper (Li et al., arXiv:2503.01840v3), section 4.4, Table 5"
+#: Table 3: SGLang v0.4.4, one H100, Llama-3.1-8B-Instruct, MT-bench, chain of 3, no tree.
+EAGLE3_T3_BATCH = (2, 4, 8, 16, 24, 32, 48, 56, 64)
+EAGLE3_T3_SPEEDUP = {
+    "eagle": (1.40, 1.38, 1.23, 1.02, 0.93, 0.94, 0.88, 0.99, 0.99),
+    "eagle3": (1.81, 1.82, 1.62, 1.48, 1.39, 1.32, 1.38, 1.34, 1.38),
+}
+#: Table 5: vLLM, Llama-3.1-8B-Instruct, MT-bench, chain of at most 2, no tree.
+EAGLE3_T5_BATCH = (2, 4, 8, 16, 24, 32, 48, 56)
+EAGLE3_T5_SPEEDUP = {
+    "eagle": (1.30, 1.25, 1.21, 1.10, 1.03, 0.93, 0.82, 0.71),
+    "eagle3": (1.75, 1.68, 1.58, 1.49, 1.42, 1.36, 1.21, 1.01),
+}
+#: MT-bench lengths of the batch-1 table (sim/validate.py): 100 prompt and 212 output tokens.
+MT_BENCH_PROMPT_TOKENS = 100
+MT_BENCH_OUTPUT_TOKENS = 212
+
+
+def eagle3_tables() -> Iterator[dict[str, Any]]:
+    """Speculative speedup against batch size: EAGLE-3 paper Tables 3 (SGLang, H100) and 5
+    (vLLM; GPU stated two ways)."""
+    for table, batches, speedups in (
+        (3, EAGLE3_T3_BATCH, EAGLE3_T3_SPEEDUP),
+        (5, EAGLE3_T5_BATCH, EAGLE3_T5_SPEEDUP),
+    ):
+        sglang = table == 3
+        for method, values in speedups.items():
+            for batch, speedup in zip(batches, values, strict=True):
+                yield _row(
+                    point_id=f"eagle3-t{table}-{method}-bs{batch}",
+                    source_group="eagle3-paper",
+                    engine="SGLang v0.4.4" if sglang else "vLLM (version not stated)",
+                    preset="sglang-0.4" if sglang else "vllm-v1",
+                    model="llama-3.1-8b",
+                    gpu="h100-sxm" if sglang else "RTX 3090 or A100 (stated both ways)",
+                    num_gpus=1,
+                    precision="bf16",
+                    method=method,
+                    num_speculative_tokens=3 if sglang else 2,
+                    arrival="closed_loop",
+                    concurrency=batch,
+                    prompt_tokens=MT_BENCH_PROMPT_TOKENS,
+                    output_tokens=MT_BENCH_OUTPUT_TOKENS,
+                    dataset="mt-bench",
+                    num_requests=80,
+                    quantity="speedup",
+                    statistic="ratio",
+                    measured=f"{speedup:.2f}",
+                    unit="x",
+                    source=EAGLE3_T3 if sglang else EAGLE3_T5,
+                    not_expressible=(
+                        ""
+                        if sglang
+                        else "GPU stated as RTX 3090 in the text and A100 in the table caption"
+                    ),
+                    notes=(
+                        "throughput with speculation / throughput without, same batch size; "
+                        "chain (no tree); batch size run as a closed loop of that many clients "
+                        "over MT-bench's 80 questions, lengths as the batch-1 table"
+                        + ("" if sglang else "; maximum chain length 2")
+                    ),
+                )
+
+
+def quoted_points() -> Iterator[dict[str, Any]]:
+    """Speculation under load quoted from a vLLM PR and an SGLang issue (both arms measured)."""
+    pr = (
+        'vllm-project/vllm PR #12755 "[Model][Speculative Decoding] DeepSeek MTP spec decode", '
+        'description, table "Results on various QPS", sub-table "Draft TP=1"'
+    )
+    for qps, base_ms, spec_ms in ((1, 55.47, 33.99), (2, 57.58, 48.8)):
+        yield _row(
+            point_id=f"vllm-pr12755-qps{qps}",
+            source_group="vllm-pr-12755",
+            engine="vLLM V0 (early 2025)",
+            preset="vllm-v1",
+            model="deepseek-ai/DeepSeek-R1",
+            gpu="not stated",
+            num_gpus=8,
+            precision="fp8",
+            method="mtp",
+            num_speculative_tokens=1,
+            arrival="poisson",
+            rate_per_s=qps,
+            quantity="speedup",
+            statistic="ratio",
+            measured=f"{base_ms / spec_ms:.3f}",
+            unit="x",
+            source=pr,
+            not_expressible="MLA MoE model not in the catalogue; FP8 weights; GPU not stated",
+            notes=f"baseline TPOT {base_ms} ms, MTP k=1 TPOT {spec_ms} ms (ratio: our arithmetic)",
+        )
+    issue = (
+        'sgl-project/sglang issue #6949 "[Bug] Performance Regression: Eagle Speculative Decoding '
+        'Causes Significant Inference Slowdown", comment by Ximingwang-09, 2025-06-07'
+    )
+    for tp, spec_tps, base_tps in ((1, 30, 21), (4, 59, 61)):
+        yield _row(
+            point_id=f"sglang-issue6949-tp{tp}",
+            source_group="sglang-issue-6949",
+            engine="SGLang (mid-2025)",
+            preset="sglang-0.4",
+            model="QwQ-class 32B (Qwen2 architecture, hidden 5120)",
+            gpu="not stated",
+            num_gpus=tp,
+            precision="bf16",
+            method="eagle",
+            arrival="closed_loop",
+            concurrency=1,
+            quantity="speedup",
+            statistic="ratio",
+            measured=f"{spec_tps / base_tps:.3f}",
+            unit="x",
+            source=issue,
+            not_expressible=(
+                "user-trained EAGLE head (acceptance not published); model and GPU not stated"
+            ),
+            notes=f"single stream: {spec_tps} tok/s with EAGLE, {base_tps} without (ratio: ours)",
+        )
