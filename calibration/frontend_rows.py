@@ -17,7 +17,10 @@ rows carry no date and run on the synchronous ``vllm-v1``:
 * ``inference-sim/training`` at commit ed5c1d26900e,
   ``default_args/<experiment>/results/stage_<n>_lifecycle_metrics.json`` with ``exp-config.yaml``
   (``max_num_seqs`` 128, ``max_num_batched_tokens`` 2048): ``ttft`` mean, achieved request rate,
-  mean prompt and output lengths.
+  mean prompt and output lengths. Their harness sent 100 distinct prompts in turn (each
+  experiment's ``results/config.yaml``: ``shared_prefix`` 10 groups x 10 prompts; inference-perf's
+  generator cycles through them) to servers with prefix caching on (vLLM V1's default), so the
+  rows are replayed with that pool (``prompt_pool``, as ``specsim validate`` replays them).
 * ``ai-dynamo/aiconfigurator`` at commit 095f58a51c,
   ``aic-core/src/aiconfigurator_core/systems/silicon_sample.csv`` (column ``silicon_ttft_ms``, mean
   TTFT; the row ``id`` is given): Qwen3-32B on H100 at the lowest concurrency measured for a
@@ -52,6 +55,10 @@ SIM_TO_REAL = (
 )
 
 
+#: Distinct prompts of every inference-sim/training run (see the module docstring).
+TRAINING_PROMPT_POOL = 100
+
+
 @dataclass(frozen=True)
 class TtftRow:
     """One measured serving run and its mean TTFT."""
@@ -72,6 +79,8 @@ class TtftRow:
     source: str
     #: Closed-loop clients (a benchmark's max concurrency); 0 for an open loop at ``rate_per_s``.
     concurrency: int = 0
+    #: Distinct prompts the harness sent in turn (0: every prompt distinct).
+    prompt_pool: int = 0
 
 
 def _training(
@@ -101,6 +110,7 @@ def _training(
         128,
         ttft_s,
         TRAINING.format(experiment, stage),
+        prompt_pool=TRAINING_PROMPT_POOL,
     )
 
 

@@ -72,7 +72,17 @@ COLUMNS = (
     "notes",
     "tensor_parallel",
     "expert_parallel",
+    "prompt_pool",
 )
+
+#: Distinct prompts inference-perf sent in turn in every inference-sim/training run: each
+#: experiment's resolved results/config.yaml reads shared_prefix num_groups 10 and
+#: num_prompts_per_group 10 (the profile's num_unique_system_prompts / num_users_per_system_prompt
+#: and enable_multi_turn_chat keys are absent from it), and that generator cycles through its
+#: prompts (kubernetes-sigs/inference-perf shared_prefix_datagen.py, get_data:
+#: ``i = (i + 1) % len(self.prompts)``). The vLLM servers ran with prefix caching on, V1's default
+#: (exp-config.yaml sets only the model, TP, max_model_len, max_num_batched_tokens, max_num_seqs).
+BLIS_PROMPT_POOL = 100
 
 AIC = (
     "ai-dynamo/aiconfigurator @ 095f58a51c4ca8e61b66ec108d86f223f8d559ce, "
@@ -324,10 +334,14 @@ def blis_training(shared: Path) -> Iterator[dict[str, Any]]:
             max_num_batched_tokens=row["max_num_batched_tokens"],
             dataset="random",
             num_requests=min(300, round(float(row["requested_rate_rps"]) * 30)),
+            prompt_pool=BLIS_PROMPT_POOL,
             source=BLIS_TRAIN.format(exp=row["experiment"], stage=row["stage"]),
             not_expressible=reason,
             notes=(
                 f"{row['workload_profile']} profile, shared-prefix prompts, ignore_eos; "
+                f"{BLIS_PROMPT_POOL} distinct prompts sent in turn (results/config.yaml: 10 groups "
+                "x 10 prompts), prefix caching on (vLLM V1 default), the pool's first pass run "
+                "first and left out; "
                 "lengths are the run's means; 30 s of the stage (at most 300 requests) simulated; "
                 "vllm-v1-async preset: the run is dated 2026-02, after async scheduling became "
                 "vLLM's default in 0.14.0"
