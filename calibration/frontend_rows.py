@@ -19,8 +19,10 @@ rows carry no date and run on the synchronous ``vllm-v1``:
   (``max_num_seqs`` 128, ``max_num_batched_tokens`` 2048): ``ttft`` mean, achieved request rate,
   mean prompt and output lengths. Their harness sent 100 distinct prompts in turn (each
   experiment's ``results/config.yaml``: ``shared_prefix`` 10 groups x 10 prompts; inference-perf's
-  generator cycles through them) to servers with prefix caching on (vLLM V1's default), so the
-  rows are replayed with that pool (``prompt_pool``, as ``specsim validate`` replays them).
+  generator cycles through them) to vLLM 0.15.1 servers with prefix caching on (both stated for
+  these runs by inference-sim/sim-to-real-accuracy-validation @ dcec3fd,
+  ``docs/plans/2026-03-04-sim-to-real-accuracy-validation-design.md``), so the rows are replayed
+  with that pool (``prompt_pool``, as ``specsim validate`` replays them).
 * ``ai-dynamo/aiconfigurator`` at commit 095f58a51c,
   ``aic-core/src/aiconfigurator_core/systems/silicon_sample.csv`` (column ``silicon_ttft_ms``, mean
   TTFT; the row ``id`` is given): Qwen3-32B on H100 at the lowest concurrency measured for a

@@ -80,8 +80,10 @@ COLUMNS = (
 #: num_prompts_per_group 10 (the profile's num_unique_system_prompts / num_users_per_system_prompt
 #: and enable_multi_turn_chat keys are absent from it), and that generator cycles through its
 #: prompts (kubernetes-sigs/inference-perf shared_prefix_datagen.py, get_data:
-#: ``i = (i + 1) % len(self.prompts)``). The vLLM servers ran with prefix caching on, V1's default
-#: (exp-config.yaml sets only the model, TP, max_model_len, max_num_batched_tokens, max_num_seqs).
+#: ``i = (i + 1) % len(self.prompts)``). The vLLM 0.15.1 servers ran with prefix caching on (stated
+#: by inference-sim/sim-to-real-accuracy-validation @ dcec3fd, docs/plans/
+#: 2026-03-04-sim-to-real-accuracy-validation-design.md; V1's default, and exp-config.yaml sets
+#: only the model, TP, max_model_len, max_num_batched_tokens and max_num_seqs).
 BLIS_PROMPT_POOL = 100
 
 AIC = (
@@ -317,9 +319,11 @@ def blis_training(shared: Path) -> Iterator[dict[str, Any]]:
             )
         base = dict(
             source_group="blis-training",
-            engine="vLLM (version not stated)",
-            # Dated 2026-02 (experiment folders), after vLLM 0.14.0 (2026-01-17) made async
-            # scheduling the default: an inference from the dates, said in the notes.
+            # inference-sim/sim-to-real-accuracy-validation @ dcec3fd,
+            # docs/plans/2026-03-04-sim-to-real-accuracy-validation-design.md, of these 16 runs:
+            # "vLLM v0.15.1, H100 GPU, ..., prefix caching enabled, chunked prefill enabled";
+            # 0.14.0 (2026-01-17) made async scheduling the default.
+            engine="vLLM 0.15.1",
             preset="vllm-v1-async",
             model=model,
             gpu="h100-sxm",
@@ -340,11 +344,11 @@ def blis_training(shared: Path) -> Iterator[dict[str, Any]]:
             notes=(
                 f"{row['workload_profile']} profile, shared-prefix prompts, ignore_eos; "
                 f"{BLIS_PROMPT_POOL} distinct prompts sent in turn (results/config.yaml: 10 groups "
-                "x 10 prompts), prefix caching on (vLLM V1 default), the pool's first pass run "
-                "first and left out; "
+                "x 10 prompts), prefix caching on (stated), the pool's first pass run first and "
+                "left out; "
                 "lengths are the run's means; 30 s of the stage (at most 300 requests) simulated; "
-                "vllm-v1-async preset: the run is dated 2026-02, after async scheduling became "
-                "vLLM's default in 0.14.0"
+                "vLLM 0.15.1 as the sim-to-real study's design states for these runs (async "
+                "scheduling, vllm-v1-async, is the default since 0.14.0)"
             ),
         )
         stem = f"blis-{row['experiment'].split('-', 2)[2]}-{row['stage']}"
