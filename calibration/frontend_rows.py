@@ -9,10 +9,10 @@ models (``other source``), or from the fit source at a higher request rate than 
 
 Sources (vLLM on H100 SXM, version not stated by either; 2026 runs, so the V1 engine; driven by
 inference-perf at a constant rate per stage, streaming completions, shared-prefix synthetic chat
-prompts). The inference-sim/training experiments are dated 2026-02 (their folder names), after
-vLLM 0.14.0 (2026-01-17) made async scheduling the default, so they run on the ``vllm-v1-async``
-preset (the version is an inference from the dates, not stated by the source); the sim-to-real
-rows carry no date and run on the synchronous ``vllm-v1``:
+prompts). The inference-sim/training experiments ran vLLM 0.15.1 (stated for them by the
+sim-to-real study's design document, below), after vLLM 0.14.0 (2026-01-17) made async
+scheduling the default, so they run on the ``vllm-v1-async`` preset; the sim-to-real rows carry
+no date and run on the synchronous ``vllm-v1``:
 
 * ``inference-sim/training`` at commit ed5c1d26900e,
   ``default_args/<experiment>/results/stage_<n>_lifecycle_metrics.json`` with ``exp-config.yaml``
