@@ -37,6 +37,7 @@ from calibration.frontend_rows import ROWS, TtftRow
 from sim.engine.presets import get_preset, preset_names, reload_presets
 from sim.run import run_scenario
 from sim.scenario import Scenario, validate_document
+from sim.validation.scenarios import pool_prefix, pool_warmup
 
 #: Presets fitted on their own rows.
 FITTED = ("vllm-v1-async",)
@@ -84,8 +85,10 @@ def rounded(value_s: float, digits: int = 7) -> float:
 
 
 def scenario_for(row: TtftRow, frontend: dict[str, Any]) -> Scenario:
-    """The serving run of ``row`` as a scenario, with ``frontend`` under ``engine.frontend``."""
-    document = {
+    """The serving run of ``row`` as a scenario, with ``frontend`` under ``engine.frontend``; a run
+    from a pool of prompts is measured past the pool's first pass, as ``specsim validate`` does."""
+    pool = pool_warmup(row.prompt_pool)
+    document: dict[str, Any] = {
         "name": f"ttft-{row.row_id}",
         "seed": 0,
         "hardware": {"gpu": row.gpu, "num_gpus": row.num_gpus},
@@ -97,7 +100,7 @@ def scenario_for(row: TtftRow, frontend: dict[str, Any]) -> Scenario:
             "frontend": frontend,
         },
         "workload": {
-            "num_requests": NUM_REQUESTS,
+            "num_requests": NUM_REQUESTS + pool,
             "arrival": (
                 {"process": "closed_loop", "concurrency": row.concurrency}
                 if row.concurrency
@@ -107,8 +110,11 @@ def scenario_for(row: TtftRow, frontend: dict[str, Any]) -> Scenario:
             "prompt_tokens": {"distribution": "fixed", "value": row.prompt_tokens},
             "output_tokens": {"distribution": "fixed", "value": row.output_tokens},
         },
-        "measurement": {"warmup_requests": WARMUP},
+        "measurement": {"warmup_requests": WARMUP + pool},
     }
+    if row.prompt_pool:
+        document["workload"]["prefix"] = pool_prefix(row.prompt_pool, row.prompt_tokens)
+        document["workload"]["prompt_tokens"] = {"distribution": "fixed", "value": 1}
     return validate_document(document, f"calibration row {row.row_id}")
 
 

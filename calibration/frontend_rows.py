@@ -9,15 +9,20 @@ models (``other source``), or from the fit source at a higher request rate than 
 
 Sources (vLLM on H100 SXM, version not stated by either; 2026 runs, so the V1 engine; driven by
 inference-perf at a constant rate per stage, streaming completions, shared-prefix synthetic chat
-prompts). The inference-sim/training experiments are dated 2026-02 (their folder names), after
-vLLM 0.14.0 (2026-01-17) made async scheduling the default, so they run on the ``vllm-v1-async``
-preset (the version is an inference from the dates, not stated by the source); the sim-to-real
-rows carry no date and run on the synchronous ``vllm-v1``:
+prompts). The inference-sim/training experiments ran vLLM 0.15.1 (stated for them by the
+sim-to-real study's design document, below), after vLLM 0.14.0 (2026-01-17) made async
+scheduling the default, so they run on the ``vllm-v1-async`` preset; the sim-to-real rows carry
+no date and run on the synchronous ``vllm-v1``:
 
 * ``inference-sim/training`` at commit ed5c1d26900e,
   ``default_args/<experiment>/results/stage_<n>_lifecycle_metrics.json`` with ``exp-config.yaml``
   (``max_num_seqs`` 128, ``max_num_batched_tokens`` 2048): ``ttft`` mean, achieved request rate,
-  mean prompt and output lengths.
+  mean prompt and output lengths. Their harness sent 100 distinct prompts in turn (each
+  experiment's ``results/config.yaml``: ``shared_prefix`` 10 groups x 10 prompts; inference-perf's
+  generator cycles through them) to vLLM 0.15.1 servers with prefix caching on (both stated for
+  these runs by inference-sim/sim-to-real-accuracy-validation @ dcec3fd,
+  ``docs/plans/2026-03-04-sim-to-real-accuracy-validation-design.md``), so the rows are replayed
+  with that pool (``prompt_pool``, as ``specsim validate`` replays them).
 * ``ai-dynamo/aiconfigurator`` at commit 095f58a51c,
   ``aic-core/src/aiconfigurator_core/systems/silicon_sample.csv`` (column ``silicon_ttft_ms``, mean
   TTFT; the row ``id`` is given): Qwen3-32B on H100 at the lowest concurrency measured for a
@@ -52,6 +57,10 @@ SIM_TO_REAL = (
 )
 
 
+#: Distinct prompts of every inference-sim/training run (see the module docstring).
+TRAINING_PROMPT_POOL = 100
+
+
 @dataclass(frozen=True)
 class TtftRow:
     """One measured serving run and its mean TTFT."""
@@ -72,6 +81,8 @@ class TtftRow:
     source: str
     #: Closed-loop clients (a benchmark's max concurrency); 0 for an open loop at ``rate_per_s``.
     concurrency: int = 0
+    #: Distinct prompts the harness sent in turn (0: every prompt distinct).
+    prompt_pool: int = 0
 
 
 def _training(
@@ -101,6 +112,7 @@ def _training(
         128,
         ttft_s,
         TRAINING.format(experiment, stage),
+        prompt_pool=TRAINING_PROMPT_POOL,
     )
 
 

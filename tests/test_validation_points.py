@@ -12,7 +12,7 @@ import pytest
 
 from sim.errors import CalibrationError
 from sim.validation.points import QUANTITY_UNITS, default_points_path, load_points
-from sim.validation.scenarios import REGIMES, regime_of, traces_dir
+from sim.validation.scenarios import REGIMES, regime_of, scenario_document, traces_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT / ".." / "shared" / "data"
@@ -48,6 +48,31 @@ def test_closed_loop_silicon_points_run_as_the_sources_harness_did() -> None:
     for point in load_points():
         if point.warmup_requests:
             assert "warm-up" in point.notes, point.point_id
+
+
+def test_pooled_points_replay_their_pool_in_turn_past_its_first_pass() -> None:
+    # inference-sim/training's resolved configs read shared_prefix 10 groups x 10 prompts, which
+    # inference-perf's generator sends in turn: each distinct prompt is one shared prefix of all
+    # its tokens but the last, the prefixes come in order, and the pool's first pass is run
+    # before the measured requests and left out.
+    pooled = [p for p in load_points() if p.prompt_pool]
+    assert {p.source_group for p in pooled} == {"blis-training"}
+    assert len(pooled) == sum(1 for p in load_points() if p.source_group == "blis-training")
+    for point in pooled:
+        assert point.prompt_pool == 100 and "100 distinct prompts" in point.notes
+        if point.not_expressible:
+            continue
+        document = scenario_document(point)
+        workload, measurement = document["workload"], document["measurement"]
+        assert point.prompt_tokens is not None and point.num_requests is not None
+        assert workload["prefix"] == {
+            "num_shared_prefixes": 100,
+            "shared_prefix_tokens": point.prompt_tokens - 1,
+            "order": "cycle",
+        }
+        assert workload["prompt_tokens"] == {"distribution": "fixed", "value": 1}
+        assert workload["num_requests"] == point.num_requests + 100
+        assert measurement["warmup_requests"] == 100
 
 
 def test_trace_points_name_a_shipped_trace() -> None:

@@ -155,3 +155,41 @@ def test_caching_shortens_prefills_ttft_and_kv_use() -> None:
     assert 0 < on.summary.prefix_cache_hit_rate < 1 and off.summary.prefix_cache_hit_rate is None
     assert on.summary.ttft_ms.mean < off.summary.ttft_ms.mean
     assert on.summary.kv_cache_peak_usage < off.summary.kv_cache_peak_usage
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 200), st.integers(1, 12), st.integers(0, 2**16))
+def test_cycled_prefixes_come_in_turn(num_requests: int, pool: int, seed: int) -> None:
+    """``order: cycle`` sends prefix ``k mod N`` with conversation ``k`` (a harness sending a fixed
+    pool of prompts one after another), whatever the seed."""
+    data = {
+        "num_requests": num_requests,
+        "prompt_tokens": {"distribution": "fixed", "value": 3},
+        "prefix": {"num_shared_prefixes": pool, "shared_prefix_tokens": 40, "order": "cycle"},
+    }
+    w = _build(data, seed)
+    assert np.array_equal(w.prefix_id, np.arange(num_requests) % pool)
+    assert (w.prompt_tokens == 43).all()
+
+
+def test_a_cycled_pool_hits_every_full_block_from_its_second_pass() -> None:
+    """A pool of 5 prompts of 200 tokens (199 shared + 1 own) sent in turn at a low rate: the first
+    pass misses; every later request finds its prompt's 12 full blocks of 16 tokens (192 of 199
+    shareable tokens) cached, and prefills only the other 8 (vLLM computes at least the last
+    token: max_cache_hit_length = num_tokens - 1)."""
+    document = {
+        "name": "pool-test",
+        "model": "llama-3.1-8b",
+        "engine": {"enable_prefix_caching": True},
+        "workload": {
+            "num_requests": 15,
+            "arrival": {"process": "poisson", "rate_per_s": 0.5},
+            "prompt_tokens": {"distribution": "fixed", "value": 1},
+            "output_tokens": {"distribution": "fixed", "value": 4},
+            "prefix": {"num_shared_prefixes": 5, "shared_prefix_tokens": 199, "order": "cycle"},
+        },
+    }
+    r = run_scenario(validate_document(document, "test"), ROOT).requests
+    cached = np.asarray(r["num_cached_tokens"])
+    assert (cached[:5] == 0).all()
+    assert (cached[5:] == 192).all()

@@ -35,6 +35,17 @@ BLIS_MODELS = {
 #: deterministic process, so the rows use gamma gaps with a coefficient of variation of 0.01.
 CONSTANT_RATE = "constant"
 
+#: Distinct prompts inference-perf sent in turn in every inference-sim/training run: each
+#: experiment's resolved results/config.yaml reads shared_prefix num_groups 10 and
+#: num_prompts_per_group 10 (the profile's num_unique_system_prompts / num_users_per_system_prompt
+#: and enable_multi_turn_chat keys are absent from it), and that generator cycles through its
+#: prompts (kubernetes-sigs/inference-perf shared_prefix_datagen.py, get_data:
+#: ``i = (i + 1) % len(self.prompts)``). The vLLM 0.15.1 servers ran with prefix caching on (stated
+#: by inference-sim/sim-to-real-accuracy-validation @ dcec3fd, docs/plans/
+#: 2026-03-04-sim-to-real-accuracy-validation-design.md; V1's default, and exp-config.yaml sets
+#: only the model, TP, max_model_len, max_num_batched_tokens and max_num_seqs).
+BLIS_PROMPT_POOL = 100
+
 
 def blis_training(shared: Path) -> Iterator[dict[str, Any]]:
     """vLLM on H100 at constant request rates, per stage: decode time per token, TTFT p50, output
@@ -58,9 +69,11 @@ def blis_training(shared: Path) -> Iterator[dict[str, Any]]:
             )
         base = dict(
             source_group="blis-training",
-            engine="vLLM (version not stated)",
-            # Dated 2026-02 (experiment folders), after vLLM 0.14.0 (2026-01-17) made async
-            # scheduling the default: an inference from the dates, said in the notes.
+            # inference-sim/sim-to-real-accuracy-validation @ dcec3fd,
+            # docs/plans/2026-03-04-sim-to-real-accuracy-validation-design.md, of these 16 runs:
+            # "vLLM v0.15.1, H100 GPU, ..., prefix caching enabled, chunked prefill enabled";
+            # 0.14.0 (2026-01-17) made async scheduling the default.
+            engine="vLLM 0.15.1",
             preset="vllm-v1-async",
             model=model,
             gpu="h100-sxm",
@@ -75,13 +88,17 @@ def blis_training(shared: Path) -> Iterator[dict[str, Any]]:
             max_num_batched_tokens=row["max_num_batched_tokens"],
             dataset="random",
             num_requests=min(300, round(float(row["requested_rate_rps"]) * 30)),
+            prompt_pool=BLIS_PROMPT_POOL,
             source=BLIS_TRAIN.format(exp=row["experiment"], stage=row["stage"]),
             not_expressible=reason,
             notes=(
                 f"{row['workload_profile']} profile, shared-prefix prompts, ignore_eos; "
+                f"{BLIS_PROMPT_POOL} distinct prompts sent in turn (results/config.yaml: 10 groups "
+                "x 10 prompts), prefix caching on (stated), the pool's first pass run first and "
+                "left out; "
                 "lengths are the run's means; 30 s of the stage (at most 300 requests) simulated; "
-                "vllm-v1-async preset: the run is dated 2026-02, after async scheduling became "
-                "vLLM's default in 0.14.0"
+                "vLLM 0.15.1 as the sim-to-real study's design states for these runs (async "
+                "scheduling, vllm-v1-async, is the default since 0.14.0)"
             ),
         )
         stem = f"blis-{row['experiment'].split('-', 2)[2]}-{row['stage']}"

@@ -41,6 +41,7 @@ COLUMNS = (
     "notes",
     "tensor_parallel",
     "expert_parallel",
+    "prompt_pool",
 )
 
 

@@ -33,7 +33,9 @@ class ValidationPoint:
     (attention TP, the rest data-parallel attention groups; expert-parallel ranks) where the
     source states one; ``None``: the plain TP node over ``num_gpus``.
     ``kv_cache`` is the KV-cache format the source's engine ran with where it differs from the
-    weights' default (empty: 16-bit).
+    weights' default (empty: 16-bit). ``prompt_pool`` is the number of distinct prompts the
+    source's harness sent in turn, each prompt recurring once per pass (``None``: every prompt
+    distinct).
     """
 
     point_id: str
@@ -68,6 +70,7 @@ class ValidationPoint:
     notes: str
     tensor_parallel: int | None = None
     expert_parallel: int | None = None
+    prompt_pool: int | None = None
 
     @property
     def is_fitted(self) -> bool:
@@ -87,6 +90,7 @@ _INT_FIELDS = {
     "max_num_batched_tokens",
     "num_requests",
     "warmup_requests",
+    "prompt_pool",
 }
 _FLOAT_FIELDS = {"rate_per_s", "measured"}
 _REQUIRED = ("point_id", "source_group", "model", "gpu", "quantity", "measured", "unit", "source")

@@ -17,6 +17,14 @@ left out of its statistics) runs those requests first and measures the ``num_req
 them (``measurement.warmup_requests``), in the full window as the harness did; a closed loop's
 first wave, every client's prefill at once, then weighs in the mean as little as it did in the
 source.
+A point whose harness sent a fixed pool of prompts in turn (``prompt_pool``: inference-perf's
+shared-prefix generator cycles through its ``num_groups × num_prompts_per_group`` prompts) runs
+each distinct prompt as one shared prefix of all its tokens but the last (vLLM computes the last
+token for its logits even on a full hit: ``max_cache_hit_length = num_tokens - 1``), sent in turn
+(``prefix.order: cycle``), so an engine with prefix caching hits the cache from the pool's second
+pass on. The pool's first pass runs before the measured requests and is left out
+(:func:`pool_warmup`): the source's stage ran 600 s, in which the pool's first 100 requests were
+2 % of a 4,800-request stage 0 and none of a stage 1 that followed it on the same server.
 A setup the simulator cannot express yet (FP8 weights, a model or GPU missing from the catalogue,
 a workload the source does not publish) is kept and named, never dropped.
 """
@@ -116,6 +124,25 @@ def _arrival(point: ValidationPoint) -> dict[str, Any]:
     return {"process": "trace", "path": point.trace}
 
 
+def pool_prefix(prompt_pool: int, prompt_tokens: int) -> dict[str, Any]:
+    """The ``workload.prefix`` mapping of a harness that sends ``prompt_pool`` distinct prompts of
+    ``prompt_tokens`` tokens in turn: each prompt is a shared prefix of all its tokens but the last,
+    which ``prompt_tokens: 1`` then draws. Raise ValueError if a prompt has fewer than 2 tokens."""
+    if prompt_tokens < 2:
+        raise ValueError(f"a pooled prompt needs at least 2 tokens, got {prompt_tokens}")
+    return {
+        "num_shared_prefixes": prompt_pool,
+        "shared_prefix_tokens": prompt_tokens - 1,
+        "order": "cycle",
+    }
+
+
+def pool_warmup(prompt_pool: int | None) -> int:
+    """Requests run before the measured ones so that a pooled run is measured past its first pass
+    through the pool (0 without a pool)."""
+    return prompt_pool or 0
+
+
 def build_scenario(point: ValidationPoint, method: str | None = None) -> Scenario:
     """The scenario of ``point``; ``method="none"`` gives the baseline arm of a speedup point.
 
@@ -140,7 +167,7 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
         engine["max_num_seqs"] = point.max_num_seqs
     if point.max_num_batched_tokens is not None:
         engine["max_num_batched_tokens"] = point.max_num_batched_tokens
-    warmup = point.warmup_requests or 0
+    warmup = (point.warmup_requests or 0) + pool_warmup(point.prompt_pool)
     workload: dict[str, Any] = {
         "num_requests": (point.num_requests or 0) + warmup,
         "arrival": _arrival(point),
@@ -150,6 +177,9 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
     if point.arrival != "trace":
         workload["prompt_tokens"] = {"distribution": "fixed", "value": point.prompt_tokens}
         workload["output_tokens"] = {"distribution": "fixed", "value": point.output_tokens}
+        if point.prompt_pool and point.prompt_tokens:
+            workload["prefix"] = pool_prefix(point.prompt_pool, point.prompt_tokens)
+            workload["prompt_tokens"] = {"distribution": "fixed", "value": 1}
     measurement: dict[str, Any] = {"warmup_requests": warmup} if warmup else {}
     if point.arrival in RATE_DRIVEN:
         measurement.update(window="steady", warmup_fraction=RATE_DRIVEN_WARMUP)

@@ -2,10 +2,13 @@
 
 Two optional ``workload:`` keys describe it:
 
-- ``prefix: {num_shared_prefixes, shared_prefix_tokens, fraction_with_prefix}``: a fraction of the
-  conversations (each request, or each session) opens with one of ``num_shared_prefixes`` system
-  prompts of ``shared_prefix_tokens`` tokens, chosen uniformly (stream ``"prefixes"``);
-  ``prompt_tokens`` then draws the request's own part, after the prefix.
+- ``prefix: {num_shared_prefixes, shared_prefix_tokens, fraction_with_prefix, order}``: a fraction
+  of the conversations (each request, or each session) opens with one of ``num_shared_prefixes``
+  system prompts of ``shared_prefix_tokens`` tokens, chosen uniformly (stream ``"prefixes"``) or,
+  with ``order: cycle``, in turn (conversation ``k`` opens with prefix ``k mod N``: a benchmark
+  that sends a fixed pool of prompts one after another, as inference-perf's shared-prefix
+  generator does, ``i = (i + 1) % len(self.prompts)``); ``prompt_tokens`` then draws the
+  request's own part, after the prefix.
 - ``sessions: {num_turns, think_time_s}``: requests come in conversations of ``num_turns`` turns
   (the last conversation may be cut short by ``num_requests``). The arrival process times the
   first turn of each conversation (so ``rate_per_s`` counts new conversations; a closed loop's
@@ -21,6 +24,7 @@ added, ``prefix_id``/``session_id`` (-1: none) and ``next_turn`` (the request a 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,12 +42,14 @@ MAX_THINK_TIME_S = 7 * 86_400.0
 
 
 class PrefixConfig(BaseModel):
-    """Shared system prompts: ``num_shared_prefixes`` of ``shared_prefix_tokens`` tokens each."""
+    """Shared system prompts: ``num_shared_prefixes`` of ``shared_prefix_tokens`` tokens each,
+    chosen at random (``order: random``) or in turn (``order: cycle``)."""
 
     model_config = _FROZEN_STRICT
     num_shared_prefixes: int = Field(ge=1, le=MAX_TOKENS)
     shared_prefix_tokens: int = Field(ge=1, le=MAX_TOKENS)
     fraction_with_prefix: float = Field(default=1.0, gt=0, le=1)
+    order: Literal["random", "cycle"] = "random"
 
 
 class SessionConfig(BaseModel):
@@ -83,7 +89,8 @@ def share(
     """The prompts and sharing columns for requests whose own parts are ``own_prompt_tokens``.
 
     Sessions are laid out in request order: conversation ``k`` is requests ``k·T .. k·T + T - 1``.
-    Draws from ``rng`` only when ``prefix`` is given (which conversations open with which prefix).
+    Draws from ``rng`` only when ``prefix`` is given (which conversations open with a prefix, and
+    which prefix unless ``prefix.order`` is ``cycle``).
     """
     n = len(own_prompt_tokens)
     turns = 1 if sessions is None else sessions.num_turns
@@ -93,7 +100,10 @@ def share(
     prefix_id = np.full(n, -1, dtype=np.int64)
     prefix_tokens = np.zeros(n, dtype=np.int64)
     if prefix is not None:
-        chosen = rng.integers(0, prefix.num_shared_prefixes, size=num_conv)
+        if prefix.order == "cycle":
+            chosen = np.arange(num_conv, dtype=np.int64) % prefix.num_shared_prefixes
+        else:
+            chosen = rng.integers(0, prefix.num_shared_prefixes, size=num_conv)
         has_prefix = rng.random(num_conv) < prefix.fraction_with_prefix
         conv_prefix = np.where(has_prefix, chosen, -1).astype(np.int64)
         prefix_id = conv_prefix[conversation]

@@ -45,3 +45,24 @@ def test_validation_tpot_rows_within_tolerance() -> None:
     assert any(r.is_check for r in rows)
     table = format_validation_table(rows)
     assert table.count("\n|") == len(rows) + 1
+
+
+def test_offline_points_run_without_the_serving_front_end() -> None:
+    """vLLM's offline ``LLM`` class has no API server: the offline throughput rows run with the
+    front end off, the online TPOT rows with the preset's; TPOT does not see the front end (its
+    delay shifts the first and the last token alike)."""
+    from pathlib import Path
+
+    from sim.run import run_scenario
+    from sim.validate import bs1_scenario
+
+    online, offline = (
+        bs1_scenario("none", num_requests=4),
+        bs1_scenario("none", num_requests=4, frontend=False),
+    )
+    assert online.engine.frontend is None or online.engine.frontend.enabled is not False
+    assert offline.engine.frontend is not None and offline.engine.frontend.enabled is False
+    on = run_scenario(online, Path.cwd()).summary
+    off = run_scenario(offline, Path.cwd()).summary
+    assert on["tpot_ms"]["mean"] == pytest.approx(off["tpot_ms"]["mean"], rel=1e-9)
+    assert off["ttft_ms"]["mean"] < on["ttft_ms"]["mean"]
