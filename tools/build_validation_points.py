@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 try:
+    from tools.cpu_validation_points import cpu_points
     from tools.moe_validation_points import (
         AIC_ROUNDS,
         AIC_WARMUP_ROUNDS,
@@ -29,6 +30,7 @@ try:
         moe_serving_points,
     )
 except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
+    from cpu_validation_points import cpu_points  # type: ignore[no-redef]
     from moe_validation_points import (  # type: ignore[no-redef]
         AIC_ROUNDS,
         AIC_WARMUP_ROUNDS,
@@ -592,6 +594,7 @@ def build(shared: Path) -> list[dict[str, Any]]:
         *eagle3_tables(),
         *quoted_points(),
         *moe_serving_points(shared, _row),
+        *cpu_points(_row),
     ]
     ids = [r["point_id"] for r in rows]
     duplicates = {i for i in ids if ids.count(i) > 1}
