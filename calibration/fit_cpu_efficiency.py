@@ -116,6 +116,14 @@ def fit_bandwidth(point: ValidationPoint, flops: float) -> float:
     return 0.5 * (low + high)
 
 
+def bandwidth_spread(flops: float) -> tuple[float, float]:
+    """The lowest and highest bandwidth fraction the published rows imply, each solved on its
+    own: the error bar of a fraction fitted on one of them."""
+    calibration, out_of_sample = cpu_points()
+    implied = [fit_bandwidth(p, flops) for p in (calibration, *out_of_sample)]
+    return round(min(implied), 3), round(max(implied), 3)
+
+
 def fit() -> tuple[float, float]:
     """``(η_bw, η_fl)`` of the CPU node, rounded as shipped (3 decimals)."""
     flops = round(flops_fraction(), 3)
@@ -126,8 +134,10 @@ def report() -> str:
     """The fit and every point's modelled and measured time per token."""
     bandwidth, flops = fit()
     calibration, out_of_sample = cpu_points()
+    low, high = bandwidth_spread(flops)
     lines = [
-        f"CPU node: bandwidth fraction {bandwidth} (fitted on {calibration.point_id}), "
+        f"CPU node: bandwidth fraction {bandwidth} (fitted on {calibration.point_id}; "
+        f"{low}-{high} as each row implies it), "
         f"flops fraction {flops} ({PP_CPU} pp256, {PP_TOKENS_PER_S} t/s)",
         f"{'row':32} {'kind':13} {'measured ms':>12} {'modelled ms':>12} {'error':>8}",
     ]
@@ -145,6 +155,7 @@ def report() -> str:
 def efficiency_entries(bandwidth: float, flops: float) -> dict[str, dict[str, object]]:
     """The shipped entry of every catalogue CPU."""
     calibration = cpu_points()[0]
+    low, high = bandwidth_spread(flops)
     entries: dict[str, dict[str, object]] = {}
     for name in gpu_names():
         if not get_gpu(name).is_cpu:
@@ -154,12 +165,14 @@ def efficiency_entries(bandwidth: float, flops: float) -> dict[str, dict[str, ob
             "flops": flops,
             "roofline_p": float("inf"),
             "gemm_floor_s": 0.0,
+            "spread": {"bandwidth": [low, high]},
             "method": (
                 f"bandwidth solved so the modelled batch-1 step equals {calibration.point_id} "
                 f"({calibration.gpu}, {calibration.model} {calibration.precision}, "
                 f"{calibration.measured} ms per token); flops the measured {PP_CPU} pp256 rate "
-                "over its SIMD peak; carried to every CPU (ASSUMPTION); no interval: one point "
-                "each (calibration/fit_cpu_efficiency.py)"
+                "over its SIMD peak; carried to every CPU (ASSUMPTION); spread: the bandwidth "
+                "fraction each published CPU row implies on its own (no 95% interval from one "
+                "point); calibration/fit_cpu_efficiency.py"
             ),
             "source": [calibration.source, PP_SOURCE],
         }

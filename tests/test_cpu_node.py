@@ -136,3 +136,19 @@ def test_writing_the_cpu_entries_keeps_the_gpu_entries_byte_for_byte() -> None:
     assert rewritten == shipped
     gpu_part = shipped.split("# CPU nodes")[0]
     assert with_cpu_entries(gpu_part, *fit()) == shipped
+
+
+@pytest.mark.parametrize("cpu", ["epyc-9554", "epyc-9654", "epyc-9374f", "ryzen9-5950x"])
+def test_cpu_efficiency_entries_are_the_fit_with_its_spread(cpu: str) -> None:
+    # No operator profile of a CPU: the sharp roofline and no per-GEMM floor; the bandwidth
+    # fraction lies within the spread of what each published CPU row implies on its own.
+    import yaml
+
+    from sim.efficiency import load_efficiency
+
+    efficiency = load_efficiency(cpu)
+    assert efficiency.roofline_p == float("inf") and efficiency.gemm_floor_s == 0.0
+    assert (efficiency.bandwidth, efficiency.flops) == fit()
+    entry = yaml.safe_load(Path("sim/data/hardware_efficiency.yaml").read_text("utf-8"))[cpu]
+    low, high = entry["spread"]["bandwidth"]
+    assert low <= efficiency.bandwidth <= high
