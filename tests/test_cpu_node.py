@@ -4,7 +4,6 @@ llama.cpp points it is calibrated and checked on, and the refusals of what a CPU
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -13,27 +12,13 @@ from calibration.fit_cpu_efficiency import cpu_points, fit, with_cpu_entries
 from sim.catalogue import get_gpu, get_model
 from sim.cpu_node import dram_bandwidth_bytes_per_s, host_costs_on
 from sim.host_costs import load_host_profile
-from sim.run import run_scenario
-from sim.scenario import validate_document
 from specsim.catalogue_command import catalogue_rows
 from specsim.cli import app
+from tests.test_llamacpp_preset import batch1_tpot_ms
 
 
 def _tpot_ms(cpu: str, model: str, weights: str, output_tokens: int) -> float:
-    document: dict[str, Any] = {
-        "model": model,
-        "hardware": {"gpu": cpu, "num_gpus": 1},
-        "engine": {"preset": "llamacpp"},
-        "precision": {"weights": weights},
-        "workload": {
-            "num_requests": 2,
-            "arrival": {"process": "closed_loop", "concurrency": 1},
-            "prompt_tokens": {"distribution": "fixed", "value": 1},
-            "output_tokens": {"distribution": "fixed", "value": output_tokens},
-        },
-    }
-    summary = run_scenario(validate_document(document, "t"), Path.cwd()).summary
-    return float(summary["tpot_ms"]["mean"])
+    return batch1_tpot_ms(weights, model, cpu, output_tokens)
 
 
 def test_dram_bandwidth_is_channels_times_rate_times_eight_bytes() -> None:
