@@ -20,7 +20,13 @@ from sim.cost_model import Efficiency
 #: The GPU the fit is made on.
 FIT_GPU = "h100-sxm"
 #: GPUs with a fit of their own (not carried over from the H100), and the module that makes it.
-SEPARATELY_FITTED = {"rtx-pro-6000": "calibration/fit_gpu_efficiency.py"}
+SEPARATELY_FITTED = {
+    "rtx-pro-6000": "calibration/fit_gpu_efficiency.py",
+    **{
+        cpu: "calibration/fit_cpu_efficiency.py"
+        for cpu in ("epyc-9554", "epyc-9654", "epyc-9374f", "ryzen9-5950x", "ryzen9-7940hs")
+    },
+}
 #: Decimals each shipped field is rounded to (the floor, in seconds, to 0.01 µs).
 ROUND_DECIMALS = {"bandwidth": 3, "flops": 3, "roofline_p": 2, "gemm_floor_s": 8}
 FIELDS = tuple(ROUND_DECIMALS)

@@ -160,3 +160,25 @@ def layer_counts(spec: Any, name: str) -> LayerCounts:
         num_linear_layers=linear,
         linear_state_elements=state,
     )
+
+
+#: GEMM kernels of one attention block as serving engines run it: GQA a fused QKV and the
+#: output projection; MLA in its absorbed decode form (vLLM ``MLACommonImpl``, SGLang
+#: ``forward_absorb``) the query/latent down-projection (``fused_qkv_a_proj_with_mqa``, or
+#: ``q_proj`` and ``kv_a_proj_with_mqa``), ``q_b_proj``, the two batched products with the
+#: absorbed ``W_UK`` and ``W_UV`` and ``o_proj``.
+ATTENTION_GEMMS = {"gqa": 2, "mla": 5}
+
+
+def dense_gemm_kernels(spec: Any, counts: LayerCounts) -> int:
+    """GEMM kernels one forward launches outside the fused-MoE kernel and the lm_head.
+
+    Per layer the attention block's (:data:`ATTENTION_GEMMS`), then a dense MLP's gate-up and
+    down, or a MoE layer's router and, with shared experts, their gate-up and down (the routed
+    experts are the fused-MoE kernel's own). A dense GQA model has 4 per layer. Each kernel pays
+    the fitted fixed time per GEMM (``Efficiency.gemm_floor_s``).
+    """
+    attention = ATTENTION_GEMMS.get(spec.attention, 2)
+    moe_mlp = 1 + (2 if counts.shared_experts else 0)
+    dense_layers = spec.num_layers - counts.num_moe_layers
+    return spec.num_layers * attention + 2 * dense_layers + moe_mlp * counts.num_moe_layers

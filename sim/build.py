@@ -22,6 +22,7 @@ from sim.acceptance.policies import (
 from sim.calibrated_profiles import load_engine_profile
 from sim.catalogue import Model, get_gpu, get_model
 from sim.cost_model import StepCostModel
+from sim.cpu_node import check_cpu_scenario, host_costs_on
 from sim.drafting import Strategy, build_strategy
 from sim.efficiency import load_efficiency
 from sim.engine.core import EngineCore
@@ -96,6 +97,15 @@ def build_simulation(
     engine = resolve_engine(scenario, base_dir)
     gpu = get_gpu(scenario.hardware.gpu)
     precision = scenario.precision
+    hw = scenario.hardware
+    check_cpu_scenario(
+        gpu,
+        num_gpus=hw.num_gpus,
+        num_nodes=hw.num_nodes,
+        tensor_parallel=hw.tensor_parallel,
+        preset=engine.name,
+        weights=precision.weights,
+    )
     try:
         compute_dtype(precision.weights, gpu)
     except CatalogueError as exc:
@@ -103,7 +113,6 @@ def build_simulation(
     model = get_model(resolve_model(scenario.model, base_dir)).with_precision(
         precision.weights, precision.kv_cache
     )
-    hw = scenario.hardware
     pp = hw.pipeline_parallel
     check_pipeline(pp, hw.num_nodes, model)
     # With pipeline parallelism the split below is that of one stage's nodes (sim/pipeline.py).
@@ -127,6 +136,7 @@ def build_simulation(
     host_profile = load_host_profile(engine.name)
     batching = batching_of(scenario, host_profile)
     host = host_profile.costs if method == "none" else host_profile.for_method(method)[0]
+    host = host_costs_on(gpu, host)
     # A calibrated profile's host terms, then the scenario's own keys, over the preset's.
     profile_terms = (
         load_engine_profile(scenario.engine.profile, base_dir).overheads_s

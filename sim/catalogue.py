@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from sim.cpu_node import cpu_entry
 from sim.errors import CatalogueError
 from sim.gpu import GPU
 from sim.model_spec import BF16_BYTES, Model, ModelSpec
@@ -41,32 +42,36 @@ def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def _gpu(name: str, entry: dict[str, Any]) -> GPU:
+    if entry.get("kind") == "cpu":
+        return cpu_entry(name, entry)
+    return GPU(
+        name=name,
+        display_name=entry["display_name"],
+        memory_bytes=float(entry["memory_bytes"]),
+        hbm_bandwidth_bytes_per_s=float(entry["hbm_bandwidth_bytes_per_s"]),
+        bf16_dense_flops=float(entry["bf16_dense_flops"]),
+        fp8_dense_flops=_optional_float(entry["fp8_dense_flops"]),
+        interconnect_bus_bandwidth_bytes_per_s=float(
+            entry["interconnect_bus_bandwidth_bytes_per_s"]
+        ),
+        allreduce_latency_s=tuple(
+            sorted((int(k), float(v)) for k, v in entry["allreduce_latency_s"].items())
+        ),
+        source=tuple(entry["source"]),
+        int8_dense_flops=_optional_float(entry.get("int8_dense_flops")),
+        fp4_dense_flops=_optional_float(entry.get("fp4_dense_flops")),
+        internode_bandwidth_bytes_per_s=float(entry["internode_bandwidth_bytes_per_s"]),
+        internode_latency_s=float(entry["internode_latency_s"]),
+    )
+
+
 @cache
 def _catalogue() -> tuple[dict[str, GPU], dict[str, Model]]:
     data = _load_yaml()
     gpus: dict[str, GPU] = {}
     for name, entry in data["gpus"].items():
-        gpus[name] = GPU(
-            name=name,
-            display_name=entry["display_name"],
-            memory_bytes=float(entry["memory_bytes"]),
-            hbm_bandwidth_bytes_per_s=float(entry["hbm_bandwidth_bytes_per_s"]),
-            bf16_dense_flops=float(entry["bf16_dense_flops"]),
-            fp8_dense_flops=None
-            if entry["fp8_dense_flops"] is None
-            else float(entry["fp8_dense_flops"]),
-            interconnect_bus_bandwidth_bytes_per_s=float(
-                entry["interconnect_bus_bandwidth_bytes_per_s"]
-            ),
-            allreduce_latency_s=tuple(
-                sorted((int(k), float(v)) for k, v in entry["allreduce_latency_s"].items())
-            ),
-            source=tuple(entry["source"]),
-            int8_dense_flops=_optional_float(entry.get("int8_dense_flops")),
-            fp4_dense_flops=_optional_float(entry.get("fp4_dense_flops")),
-            internode_bandwidth_bytes_per_s=float(entry["internode_bandwidth_bytes_per_s"]),
-            internode_latency_s=float(entry["internode_latency_s"]),
-        )
+        gpus[name] = _gpu(name, entry)
     models: dict[str, Model] = {}
     for name, entry in data["models"].items():
         spec = ModelSpec(**{**entry, "name": name})

@@ -1,5 +1,9 @@
 """An accelerator's peak figures as its vendor publishes them (:class:`GPU`), one entry of the
 catalogue's ``gpus`` (``sim/data/catalogue.yaml``, each with its source).
+
+A CPU node is an entry of ``kind: cpu``: its "HBM" bandwidth is the DRAM's peak, channels ×
+transfer rate × 8 bytes (one 64-bit channel), and its dense throughputs are the cores' SIMD
+rates (:mod:`sim.cpu_node`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,17 @@ class GPU:
     #: Effective per-GPU bandwidth and fixed latency of traffic between nodes (the NIC).
     internode_bandwidth_bytes_per_s: float = 5.0e10
     internode_latency_s: float = 2.0e-6
+    #: ``gpu`` or ``cpu`` (a CPU socket whose DRAM is the memory the weights stream from).
+    kind: str = "gpu"
+    #: CPU only: physical cores, populated DRAM channels and their transfer rate (MT/s).
+    num_cores: int | None = None
+    memory_channels: int | None = None
+    memory_transfer_rate_mt_s: float | None = None
+
+    @property
+    def is_cpu(self) -> bool:
+        """Whether this entry is a CPU socket rather than an accelerator."""
+        return self.kind == "cpu"
 
     def dense_flops(self, dtype: str) -> float | None:
         """Peak dense tensor throughput in ``dtype`` (bf16, fp8, int8, fp4); None if the GPU

@@ -151,15 +151,13 @@ class KernelCosts:
         elif body_eff is not None and (self._moe is not None or dtype != "bf16"):
             body = float(model.dense_linear_params) - head
             peak = body_peak_flops(model, gpu)
-            # Without experts the decoder has QKV, O, gate-up and down per layer; with them the
-            # dense part has QKV and O (the experts are the fused-MoE kernel's).
-            per_layer = 2 if moe else 4
+            # The GEMM kernels outside the experts (sim/architecture.py: 4 per dense layer).
             self._linear = (
                 _roofline(
                     body * model.weight_bytes_per_param,
                     body,
                     0.0,
-                    per_layer * spec.num_layers,
+                    model.dense_gemm_kernels,
                     body_eff,
                     gpu,
                     tp,

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.architecture import LayerCounts, layer_counts
+from sim.architecture import LayerCounts, dense_gemm_kernels, layer_counts
 from sim.errors import CatalogueError
 from sim.linear_attention import STATE_BYTES_PER_ELEMENT
 from sim.precision import KV_FORMAT_BYTES, WEIGHT_FORMATS, kv_bytes_per_element, weight_format
@@ -150,6 +150,12 @@ class Model:
     def num_dense_mlp_layers(self) -> int:
         """Layers with a dense MLP."""
         return self.spec.num_layers - self.num_moe_layers
+
+    @property
+    def dense_gemm_kernels(self) -> int:
+        """GEMM kernels per forward outside the fused-MoE kernel and the lm_head
+        (:func:`sim.architecture.dense_gemm_kernels`)."""
+        return dense_gemm_kernels(self.spec, self.counts)
 
     @property
     def moe_always_on_params_per_layer(self) -> int:

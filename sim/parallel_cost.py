@@ -61,9 +61,8 @@ class ParallelStepCost:
         self._body_flop_s = 2.0 * body / tp / body_flops / dp
         self._head_weight_s = head * BF16_BYTES / tp / bw
         self._head_flop_s = 2.0 * head / tp / bf16_flops / dp
-        self._floor_s = (2 * spec.num_layers + 2 * model.num_dense_mlp_layers + 1) * (
-            efficiency.gemm_floor_s
-        )
+        # The GEMM kernels outside the experts and the lm_head's (sim/architecture.py).
+        self._floor_s = (model.dense_gemm_kernels + 1) * efficiency.gemm_floor_s
         # MoE layers, per GPU.
         self._moe_layers = model.num_moe_layers
         self._measured = grouped_gemm_layer(model, gpu, layout.moe_tp, layout.ep)

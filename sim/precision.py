@@ -22,6 +22,11 @@ Bits per weight, with their sources:
   and 4 + 16/32 = 4.5 bits (ggml ``block_q8_0``/``block_q4_0``); llama.cpp quantises the
   activations to 8 bits and multiplies with int8 dot products (CUDA MMQ/MMVQ kernels,
   ggml-org/llama.cpp PR #7860), dequantising to bf16 where the GPU has no int8 path.
+* ``q5_0`` (GGUF): 32 weights with one fp16 scale and 32 high bits, 22 bytes per 32 weights =
+  5.5 bits (ggml ``block_q5_0``); ``q6_k``: super-blocks of 256 weights in 210 bytes (128 bytes
+  of low 4 bits, 64 of high 2 bits, 16 int8 sub-block scales, one fp16 scale) = 6.5625 bits
+  (ggml ``block_q6_K``). Both multiply with int8 dot products on the CPU backend
+  (``ggml_vec_dot_q5_0_q8_0``, ``ggml_vec_dot_q6_K_q8_K``).
 
 GPUs without FP4 tensor cores run ``mxfp4`` weight-only (bf16 activations), as vLLM does for
 gpt-oss on Hopper and Ampere (vLLM gpt-oss recipe: Marlin/Triton MXFP4 kernels); ``nvfp4`` has no
@@ -68,6 +73,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         WeightFormat("nvfp4", 4.0 + 8.0 / 16, "fp4", None),
         WeightFormat("q8_0", 8.0 + 16.0 / 32, "int8", "bf16"),
         WeightFormat("q4_0", 4.0 + 16.0 / 32, "int8", "bf16"),
+        WeightFormat("q5_0", 22.0 * 8 / 32, "int8", "bf16"),
+        WeightFormat("q6_k", 210.0 * 8 / 256, "int8", "bf16"),
     )
 }
 

@@ -46,10 +46,11 @@ def catalogue_rows() -> dict[str, list[dict[str, Any]]]:
         gpus.append(
             {
                 "name": name,
+                "kind": gpu.kind,
                 "display_name": gpu.display_name,
                 "memory_gb": round(gpu.memory_bytes / 1e9, 1),
                 "hbm_tb_s": round(gpu.hbm_bandwidth_bytes_per_s / 1e12, 2),
-                "bf16_tflops": round(gpu.bf16_dense_flops / 1e12),
+                "bf16_tflops": round(gpu.bf16_dense_flops / 1e12, 1 if gpu.is_cpu else None),
                 "source": "; ".join(gpu.source),
             }
         )

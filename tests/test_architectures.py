@@ -102,3 +102,13 @@ def test_sliding_window_layers_stop_reading_beyond_the_window() -> None:
     short = attention(128.0) - attention(64.0)
     long = attention(100_128.0) - attention(100_064.0)
     assert long == pytest.approx(short / 2, rel=1e-6)
+
+
+def test_gemm_kernels_outside_the_experts_per_layer_kind() -> None:
+    # A dense GQA layer runs 4 GEMMs (QKV, O, gate-up, down): the count the per-GEMM floor was
+    # fitted with on Llama-3.1-8B. DeepSeek-V3: 61 MLA blocks of 5 (absorbed decode), 3 dense
+    # MLPs of 2, 58 MoE layers of a router and a shared expert's 2. Qwen3-235B: 94 GQA blocks of
+    # 2 and 94 routers (no shared expert).
+    assert get_model("llama-3.1-8b").dense_gemm_kernels == 4 * 32
+    assert get_model("deepseek-v3").dense_gemm_kernels == 61 * 5 + 3 * 2 + 58 * 3
+    assert get_model("qwen3-235b-a22b").dense_gemm_kernels == 94 * 2 + 94 * 1

@@ -24,6 +24,7 @@ from typing import Any
 
 try:
     from tools.blis_validation_points import blis_sim_to_real, blis_training
+    from tools.cpu_validation_points import cpu_points
     from tools.moe_validation_points import (
         AIC_ROUNDS,
         AIC_WARMUP_ROUNDS,
@@ -35,6 +36,7 @@ try:
     from tools.validation_rows import COLUMNS, _read, _row
 except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
     from blis_validation_points import blis_sim_to_real, blis_training  # type: ignore[no-redef]
+    from cpu_validation_points import cpu_points  # type: ignore[no-redef]
     from moe_validation_points import (  # type: ignore[no-redef]
         AIC_ROUNDS,
         AIC_WARMUP_ROUNDS,
@@ -260,6 +262,7 @@ def build(shared: Path) -> list[dict[str, Any]]:
         *eagle3_tables(),
         *quoted_points(),
         *moe_serving_points(shared, _row),
+        *cpu_points(_row),
     ]
     ids = [r["point_id"] for r in rows]
     duplicates = {i for i in ids if ids.count(i) > 1}

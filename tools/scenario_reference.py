@@ -112,7 +112,9 @@ def _first_paragraph(text: str | None) -> str:
 HINTS = {
     "model": "a catalogue model or its Hugging Face id (`specsim catalogue models`)",
     "speculation.draft_model": "a catalogue model or its Hugging Face id",
-    "hardware.gpu": "a catalogue GPU (`specsim catalogue gpus`)",
+    "hardware.gpu": (
+        "a catalogue GPU, or a CPU socket for `engine.preset: llamacpp` (`specsim catalogue gpus`)"
+    ),
     "speculation.acceptance.profile": "`method/model/dataset` (`specsim catalogue methods`)",
     "workload.dataset": "the dataset whose acceptance is replayed (sharegpt, mt-bench, ...)",
     "engine.profile": "a profile file written by `specsim calibrate`",

@@ -63,7 +63,17 @@ class PrecisionConfig(BaseModel):
 
     model_config = _STRICT
     weights: Literal[
-        "bf16", "fp8", "int8", "int4-awq", "int4-gptq", "mxfp4", "nvfp4", "q8_0", "q4_0"
+        "bf16",
+        "fp8",
+        "int8",
+        "int4-awq",
+        "int4-gptq",
+        "mxfp4",
+        "nvfp4",
+        "q8_0",
+        "q6_k",
+        "q5_0",
+        "q4_0",
     ] = "bf16"
     kv_cache: Literal["bf16", "fp8"] = "bf16"
 

@@ -133,6 +133,8 @@ NODES: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]] = [
     ),
     ("trtllm", {"gpu": "h100-sxm", "num_gpus": 2}, "llama-3.1-70b", {"preset": "trtllm-1.0"}, {}),
     ("llamacpp", {"gpu": "h100-sxm", "num_gpus": 1}, "llama-3.1-8b", {"preset": "llamacpp"}, {}),
+    # A CPU node: no CUDA graphs or launches, the sharp roofline (sim/cpu_node.py).
+    ("llamacpp-cpu", {"gpu": "epyc-9554", "num_gpus": 1}, "phi-4", {"preset": "llamacpp"}, {}),
 ]
 
 
