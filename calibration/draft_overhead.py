@@ -37,6 +37,7 @@ from scipy import optimize, stats
 
 from sim.drafting.overheads import DraftOverheads
 from sim.run import build_simulation, execute
+from sim.speculation import FITTED_OVERHEAD_METHODS
 from sim.validate import (
     ISSUE_20780_K,
     ISSUE_20780_TPOT_MS,
@@ -44,7 +45,8 @@ from sim.validate import (
 )
 
 OUTPUT = Path(__file__).resolve().parents[1] / "sim" / "data" / "draft_overheads.yaml"
-FIT_METHODS = ("eagle", "eagle3")
+#: The methods fitted, in the order their measured rows alternate (the method table's flag).
+FIT_METHODS = FITTED_OVERHEAD_METHODS
 #: First CSV line of the issue #20780 rows (EAGLE-1 K=2); methods alternate, K ascends.
 FIRST_CSV_LINE = 759
 #: RMS relative TPOT error above which the shared form is rejected.

@@ -60,7 +60,6 @@ DEFAULT_PROBE_REQUESTS = 2000
 #: A probe's longest run, in probe lengths: ten, the length a plan's answer is checked at
 #: (benchmarks/bench_plan_soundness.py), so the answer is confirmed at the length it is read at.
 DEFAULT_MAX_GROWTH = 10
-DEFAULT_SEEDS = 3
 
 Task = tuple[dict[str, Any], str, str, list[Target]]
 

@@ -26,14 +26,13 @@ import yaml
 from matplotlib.figure import Figure
 
 from reports.progress import ItemProgress
-from sim.acceptance.config import TRACE_METHODS
 from sim.acceptance.shipped_data import PROFILE_METHOD
 from sim.errors import InvariantError, ScenarioError, SpecsimError
 from sim.output import atomic_write, write_table
 from sim.results import save_result
 from sim.run import ScenarioResult, run_scenario
 from sim.scenario import METHODS, validate_document
-from sim.speculation import CHAIN_ONLY_METHODS
+from sim.speculation import CHAIN_ONLY_METHODS, TRACE_METHODS, default_trace_field
 
 BASELINE = "none"
 COMPARISON_FILE = "comparison.csv"
@@ -202,11 +201,9 @@ def arm_document(document: dict[str, Any], arm: Arm) -> tuple[dict[str, Any], li
 def _acceptance_misfit(acceptance: dict[str, Any], method: str) -> str | None:
     """Why the scenario's ``speculation.acceptance`` does not describe ``method``, or None."""
     if acceptance.get("trace") is not None:
-        # The trace's field defaults by method (acc_ngram for ngram, acc_eagle otherwise), as in
-        # sim.acceptance.config; it fits only the method whose acceptance that field measured.
-        chosen = acceptance.get("trace_field") or (
-            "acc_ngram" if method == "ngram" else "acc_eagle"
-        )
+        # The trace's field defaults by method; it fits only the method whose acceptance that
+        # field measured.
+        chosen = acceptance.get("trace_field") or default_trace_field(method)
         if TRACE_METHODS.get(method) != chosen:
             return f"trace field {chosen} does not measure {method}'s acceptance"
     if acceptance.get("profile") is not None:

@@ -135,9 +135,9 @@ def find_acceptance(
     shares the tokenizer; for each, the task's datasets in order, at ``temperature`` or the
     nearest measured one above it.
     """
-    from sim.acceptance.config import TRACE_METHODS
     from sim.acceptance.shipped_data import SHIPPED_TRACES, profile_key
     from sim.catalogue import get_model
+    from sim.speculation import TRACE_METHODS
 
     owners = [model]
     if model != STAND_IN_MODEL and get_model(STAND_IN_MODEL).spec.vocab_size == vocab_size:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from reports.sweep_grid import HASH_CHARS, GridAxis, SweepPoint
 from sim.errors import OutputError, SpecsimError
-from sim.output import check_output_folder, write_json, write_table, write_yaml
+from sim.output import atomic_write, check_output_folder, write_json, write_table, write_yaml
 from sim.pool import pool_worker_init
 from sim.results import save_result
 from sim.run import ScenarioResult, run_scenario
@@ -85,7 +85,8 @@ def save_outcome(out_dir: Path, point: SweepPoint, outcome: PointOutcome) -> Non
     folder.mkdir(parents=True, exist_ok=True)
     if outcome.result is None:
         write_yaml(RunFolder(folder).scenario, point.resolved)
-        (folder / ERROR_FILE).write_text(f"{outcome.error}\n", encoding="utf-8")
+        error = f"{outcome.error}\n"
+        atomic_write(folder / ERROR_FILE, lambda f: f.write(error))
         return
     (folder / ERROR_FILE).unlink(missing_ok=True)
     save_result(outcome.result, folder, write_steps=False, vllm_bench=outcome.vllm_bench)

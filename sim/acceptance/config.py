@@ -33,7 +33,6 @@ from sim.errors import InvariantError, ScenarioError
 from sim.inputs import SCHEMA_CONFIG
 
 SOURCE_KEYS = ("alpha", "per_position", "mean_acceptance_length", "trace", "profile")
-TRACE_METHODS = {"eagle3": "acc_eagle", "ngram": "acc_ngram"}
 
 
 class AcceptanceConfig(BaseModel):
@@ -73,6 +72,9 @@ class AcceptanceConfig(BaseModel):
 def _default_model(
     method: str, model_name: str, dataset: str | None, temperature: float, data_dir: Path
 ) -> AcceptanceModel:
+    # Imported here: the method table's module imports this one (AcceptanceConfig).
+    from sim.speculation import TRACE_METHODS
+
     name = f"{model_name}/{normalise_dataset(dataset)}"
     if method in TRACE_METHODS and temperature == 0.0 and name in SHIPPED_TRACES:
         return TraceReplayModel(
@@ -113,9 +115,12 @@ def published_pair(
 def _build(
     config: AcceptanceConfig, method: str, base_dir: Path, temperature: float, data_dir: Path
 ) -> AcceptanceModel:
+    # Imported here: the method table's module imports this one (AcceptanceConfig).
+    from sim.speculation import LOOKUP_METHODS, default_trace_field
+
     match_rate = config.ngram_match_rate
-    # Suffix decoding, like n-gram lookup, proposes nothing where the lookup finds no match.
-    lookup = method in ("ngram", "suffix")
+    # A lookup drafter (n-gram, suffix decoding) proposes nothing where its lookup finds no match.
+    lookup = method in LOOKUP_METHODS
     chain_match = match_rate if (lookup and match_rate is not None) else 1.0
     if config.alpha is not None:
         return ConstantAlphaModel(config.alpha, match_rate=chain_match)
@@ -132,7 +137,7 @@ def _build(
         return profile_model(config.profile, temperature, match_rate, data_dir)
     if config.trace is None:
         raise InvariantError("speculation.acceptance: the validator let through no source")
-    field = config.trace_field or ("acc_ngram" if method == "ngram" else "acc_eagle")
+    field = config.trace_field or default_trace_field(method)
     if config.trace in SHIPPED_TRACES:
         traces = load_shipped_traces(config.trace, field, data_dir)
     else:

@@ -80,7 +80,8 @@ class AcceptancePlan:
 
     Request r's steps are ``[offsets[r], offsets[r + 1])``; the accepted counts satisfy
     ``0 <= accepted <= proposed`` and ``sum(accepted + 1)`` over a request's steps covers its decode
-    tokens with no step to spare.
+    tokens with no step to spare. The engine reads the plan through its subclass
+    :class:`sim.engine.drafter.StepPlan`, which adds the engine's lookups and no field.
     """
 
     offsets: np.ndarray

@@ -58,7 +58,7 @@ class Strategy(ABC):
         if self.proposal is None or self.acceptance is None:
             return StepPlan.without_speculation(len(num_decode_tokens))
         plan = self.acceptance.plan(num_decode_tokens, self.proposal, rng)
-        return StepPlan(offsets=plan.offsets, proposed=plan.proposed, accepted=plan.accepted)
+        return StepPlan.of(plan)
 
     def describe(self) -> dict[str, Any]:
         """The strategy's settings and its acceptance model, for results and reports."""

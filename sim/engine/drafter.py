@@ -14,6 +14,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from sim.acceptance.plan import AcceptancePlan
+
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 
@@ -54,18 +56,15 @@ class Drafter(Protocol):
 PLAN_PADDING = 1
 
 
-@dataclass(frozen=True)
-class StepPlan:
-    """Per-request verify-step plans: request r's steps are ``[offsets[r], offsets[r+1])``.
+class StepPlan(AcceptancePlan):
+    """The engine's view of an acceptance plan: the same three arrays (request r's verify steps
+    are ``[offsets[r], offsets[r+1])``, ``proposed`` draft tokens carried by each and
+    ``accepted`` of them), plus the lookups the engine makes and the per-step policy seam.
 
-    ``proposed`` draft tokens carried by each step and ``accepted`` of them (0 ≤ accepted ≤
-    proposed). A request that runs past its plan (it cannot, unless preemption re-emits a token)
-    proposes nothing more.
+    A request that runs past its plan (it cannot, unless preemption re-emits a token) proposes
+    nothing more. The arrays are :class:`~sim.acceptance.plan.AcceptancePlan`'s fields, not a
+    copy of them: :meth:`of` views a drawn plan without copying its arrays.
     """
-
-    offsets: IntArray
-    proposed: NDArray[np.int16]
-    accepted: NDArray[np.int16]
 
     #: Whether a policy chooses the drafts step by step (:mod:`sim.acceptance.policies`).
     adaptive = False
@@ -82,6 +81,13 @@ class StepPlan:
     def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:
         """Applied steps, (row × step), for a plan that learns from them (a fixed one does
         not)."""
+
+    @classmethod
+    def of(cls, plan: AcceptancePlan) -> StepPlan:
+        """The engine's view of a drawn acceptance plan (its arrays, shared, not copied)."""
+        if isinstance(plan, StepPlan):
+            return plan
+        return cls(offsets=plan.offsets, proposed=plan.proposed, accepted=plan.accepted)
 
     @staticmethod
     def without_speculation(num_requests: int) -> StepPlan:

@@ -128,15 +128,12 @@ class SessionAffinity:
         self.abs_threshold = abs_threshold
         self.rel_threshold = rel_threshold
         self._rng = rng
-        #: Requests sent away from their session's replica because it was overloaded.
-        self.num_fallbacks = 0
 
     def choose(self, request_id: int, at_s: float, replicas: Sequence[ReplicaState]) -> int:
         home = int(self.primary[request_id])
         load = [float(r.outstanding_at(at_s)) for r in replicas]
         least = min(load)
         if load[home] - least > self.abs_threshold and load[home] > self.rel_threshold * least:
-            self.num_fallbacks += 1
             return _pick_min(load, self._rng)
         return home
 

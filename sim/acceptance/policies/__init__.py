@@ -38,7 +38,7 @@ parameters in :mod:`.registry`, the engine's side in :mod:`.adaptive_plan`):
   what any k-policy saves in wasted drafts; no engine can do it).
 """
 
-from sim.acceptance.policies.adaptive_plan import ADAPTIVE_METHODS, AdaptiveDrafter, AdaptivePlan
+from sim.acceptance.policies.adaptive_plan import AdaptiveDrafter, AdaptivePlan
 from sim.acceptance.policies.base import (
     HOLDS_FOREVER,
     BatchView,
@@ -55,6 +55,7 @@ from sim.acceptance.policies.registry import (
 )
 from sim.acceptance.policies.sglang_ema import SglangEmaPolicy
 from sim.acceptance.policies.stateless import DisableAboveBatchPolicy, FixedPolicy, OraclePolicy
+from sim.speculation import ADAPTIVE_METHODS
 
 __all__ = [
     "ADAPTIVE_METHODS",

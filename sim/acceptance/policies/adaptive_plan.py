@@ -20,9 +20,6 @@ from sim.acceptance.policies.base import (
 )
 from sim.engine.drafter import DraftWork, StepPlan
 
-#: Methods whose drafts form a chain whose length can change per step.
-ADAPTIVE_METHODS = ("eagle", "eagle3", "draft_model", "mtp")
-
 
 class AdaptivePlan(StepPlan):
     """The engine's plan when a policy chooses k per step: it answers the engine's plan queries
