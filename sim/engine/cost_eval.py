@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from sim.errors import InvariantError
+
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 
@@ -244,12 +246,16 @@ def evaluate(
 
 def _probe(keys: FloatArray, used: NDArray[np.bool_], a: float, b: float, c: float) -> int:
     """The slot of key ``(a, b, c)`` in an open-addressing table (``keys``, ``used``; its
-    size a power of two): where it is, or the empty slot where it goes."""
+    size a power of two): where it is, or the empty slot where it goes. The probe visits each
+    slot once at most: a full table without the key raises InvariantError (the table is kept
+    at most half full, so that is a bug, and it must not loop for ever)."""
     mask = len(used) - 1
     slot = (int(a) * 31 + int(b) * 7 + int(c)) & mask
-    while used[slot] and not (keys[slot, 0] == a and keys[slot, 1] == b and keys[slot, 2] == c):
+    for _ in range(len(used)):
+        if not used[slot] or (keys[slot, 0] == a and keys[slot, 1] == b and keys[slot, 2] == c):
+            return slot
         slot = (slot + 1) & mask
-    return slot
+    raise InvariantError("step-cost table full: a key found no slot (it is kept half empty)")
 
 
 def store(

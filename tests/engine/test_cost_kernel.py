@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from sim.engine import cost_eval, cost_kernel
 from sim.engine.drafter import DraftWork
-from sim.errors import SpecsimError
+from sim.errors import InvariantError, SpecsimError
 from sim.run import REQUEST_COLUMNS, build_simulation, execute
 from sim.scenario import validate_document
 
@@ -237,6 +237,27 @@ def test_a_table_that_grows_while_a_block_is_priced_is_read_anew(name: str) -> N
     total, _ = lowered.durations(*shape)
     assert np.array_equal(total, expected_total)
     assert len(lowered._table_used) > 4
+
+
+def test_a_full_table_raises_instead_of_probing_for_ever() -> None:
+    # The table is kept at most half full; should that ever break, a probe for a key that is
+    # not there must stop after visiting every slot once and say so (it used to loop for ever,
+    # and the growth regression test above would hang rather than fail).
+    lowered, _, _ = _lowered("h100-dense-eagle3")  # without grids: every term in the table
+    lowered._new_table(4)
+    keys = np.array([[1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    lowered._store(*lowered._table(), keys, np.ones(4), np.ones(4))
+    assert lowered._table_used.all()
+    with pytest.raises(InvariantError, match="table full"):
+        lowered._store(*lowered._table(), np.array([[9.0], [1.0], [0.0]]), np.ones(1), np.ones(1))
+    work = DraftWork(*(np.array([1]) for _ in range(5)))
+    one = np.array([1], dtype=np.int64)
+    with pytest.raises(InvariantError, match="table full"):
+        lowered.durations(one, 4 * one, 4 * one, 504 * one, 4008 * one, work)
+    # A key in the full table is still found, at the slot it was stored in.
+    table_keys, _, used = lowered._table()
+    slot = cost_eval._probe(table_keys, used, 3.0, 1.0, 0.0)
+    assert list(table_keys[slot]) == [3.0, 1.0, 0.0]
 
 
 def test_a_parallel_layout_keeps_the_python_path() -> None:
