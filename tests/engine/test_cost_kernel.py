@@ -131,6 +131,14 @@ NODES: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]] = [
         _EAGLE3,
     ),
     ("trtllm", {"gpu": "h100-sxm", "num_gpus": 2}, "llama-3.1-70b", {"preset": "trtllm-1.0"}, {}),
+    # A policy chooses the chain's length per step: each step priced by its k's chain.
+    (
+        "h100-dense-eagle3-adaptive",
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "llama-3.1-8b",
+        {"preset": "sglang"},
+        {**_EAGLE3, "num_speculative_tokens": 4, "policy": {"name": "sglang-ema"}},
+    ),
     ("llamacpp", {"gpu": "h100-sxm", "num_gpus": 1}, "llama-3.1-8b", {"preset": "llamacpp"}, {}),
 ]
 
@@ -213,6 +221,33 @@ def test_lowered_cost_equals_the_python_cost_model(name: str, data: st.DataObjec
         # A second call reads every term from the table: still the same.
         again, _ = lowered.durations(*shape)
         assert np.array_equal(again, expected_total), name
+
+
+@SHAPES
+@given(data=st.data())
+def test_a_chain_length_chosen_per_step_is_lowered_and_priced_as_its_chain(
+    data: st.DataObject,
+) -> None:
+    # AdaptiveDrafter prices each step with the strategy of k = ceil(proposed / sequences)
+    # (steps of one block, and sequences of one step, may draft different k): the evaluator
+    # cuts the longest chain's levels to k and must give the same seconds, bit for bit.
+    *both, max_seqs = _lowered("h100-dense-eagle3-adaptive")
+    assert all(lowered.draft_form == cost_eval.DRAFT_NETWORKS for lowered in both)
+    b, tokens, logits, kv_read, pairs_x2, work = data.draw(step_shapes(max_seqs))
+    per_seq = np.array(data.draw(st.lists(st.integers(0, 4), min_size=len(b), max_size=len(b))))
+    # Up to k_max drafts per sequence, not always a multiple of the sequences (mixed k).
+    extra = np.array(data.draw(st.lists(st.integers(0, 3), min_size=len(b), max_size=len(b))))
+    seqs = np.asarray(work.num_seqs)
+    proposed = np.minimum(seqs * per_seq + extra * (per_seq < 4), 4 * seqs) * (seqs > 0)
+    work = DraftWork(
+        work.num_seqs, work.num_new_tokens, work.context_tokens, work.num_full_accept, proposed
+    )
+    shape = (b, tokens, logits, kv_read, pairs_x2, work)
+    expected_total, expected = both[0].reference(*shape)
+    for lowered in both:
+        total, parts = lowered.durations(*shape)
+        assert np.array_equal(parts["draft_s"], expected["draft_s"])
+        assert np.array_equal(total, expected_total)
 
 
 @pytest.mark.parametrize("name", ["h100-dense-eagle3", "h100-tp8-eagle3", "h100-dense"])
@@ -331,6 +366,31 @@ def test_identical_records_for_whole_scenarios(name: str) -> None:
     )
     del compiled.summary["wall_time_s"], reference.summary["wall_time_s"]
     assert compiled.summary == reference.summary
+
+
+@pytest.mark.parametrize("policy", ["goodput", "oracle", "sglang-ema"])
+def test_identical_records_when_a_policy_chooses_k(policy: str) -> None:
+    # The goodput and EMA policies change k between steps, the oracle between the sequences of
+    # one step: the evaluator prices each step's drafting by its chain, as the drafter does.
+    speculation = {
+        "method": "eagle3",
+        "num_speculative_tokens": 4,
+        "acceptance": {"alpha": 0.7},
+        "policy": {"name": policy},
+        "allow_unsupported": True,
+    }
+    document = {**SCENARIOS["eagle3-chain"], "speculation": speculation}
+    (compiled, core), (reference, _) = (
+        _run_scenario(document, policy, compiled_cost=flag) for flag in (True, False)
+    )
+    assert core._lowered is not None and core._lowered.draft_form == cost_eval.DRAFT_NETWORKS
+    drafted = compiled.steps["spec_k"][compiled.steps["spec_k"] > 0]
+    assert len(np.unique(drafted)) > 1  # k did change between steps
+    _assert_identical(compiled.steps, reference.steps)
+    _assert_identical(
+        {k: compiled.requests[k] for k in REQUEST_COLUMNS},
+        {k: reference.requests[k] for k in REQUEST_COLUMNS},
+    )
 
 
 def _drive(setup: EngineSetup, compiled_cost: bool, fast_forward: bool) -> dict[str, Any]:
