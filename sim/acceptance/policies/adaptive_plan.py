@@ -56,7 +56,6 @@ class AdaptivePlan(StepPlan):
         object.__setattr__(self, "acceptance", acceptance)
         object.__setattr__(self, "policy", policy)
         object.__setattr__(self, "k_max", int(k_max))
-        object.__setattr__(self, "batch_dependent", policy.batch_dependent)
         # A stretch's admitted rows are planned apart from the others: a policy that reads the
         # batch or learns from it sees admissions one step at a time.
         object.__setattr__(
@@ -68,6 +67,18 @@ class AdaptivePlan(StepPlan):
         # Whether the policy can be played forward (a property of its kind, asked once: a fork
         # of a learning policy copies its state).
         object.__setattr__(self, "_forks", policy.fork() is not None)
+
+    @property
+    def batch_dependent(self) -> bool:  # type: ignore[override]
+        """Whether a finish may change the policy's choice, so that a stretch must stop there: a
+        stretch admits nobody after its first step, so the batch only shrinks along it, and a
+        policy may say its choice at the current batch holds at every smaller one
+        (:meth:`SpeculationPolicy.holds_as_batch_shrinks`)."""
+        policy = self.policy
+        if not policy.batch_dependent:
+            return False
+        assert self._batch_size is not None, "AdaptivePlan.bind was not called"
+        return not policy.holds_as_batch_shrinks(self._batch_size())
 
     def bind(self, requests: Any, batch_size: Callable[[], int]) -> None:
         """Read positions and cached tokens from the engine's request table and the batch
@@ -109,8 +120,10 @@ class AdaptivePlan(StepPlan):
         if not ahead.any():
             return k, accepted
         # Rows asked one step ahead (the drafting after their verify step): their positions
-        # move on by this step's emission, and a learning policy has seen this step.
-        forked = self.policy.fork()
+        # move on by this step's emission, and a learning policy has seen this step. When its
+        # choice holds past this step (holds_for: it depends on nothing but the batch and the
+        # positions until then), what it learns here cannot change it: no copy to teach.
+        forked = self.policy.fork() if self.policy.holds_for() < 2 else None
         policy = self.policy if forked is None else forked
         if forked is not None:
             forked.observe(requests, (k * ahead)[:, None], (accepted * ahead)[:, None])

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -117,7 +116,8 @@ class GoodputPolicy(SpeculationPolicy):
         return self
 
     def fork(self) -> GoodputPolicy:
-        twin = copy.copy(self)
+        twin = object.__new__(GoodputPolicy)
+        twin.__dict__.update(self.__dict__)  # copy.copy without its __reduce_ex__ round trip
         twin._ema = self._ema.copy()
         twin._rows = None
         return twin
