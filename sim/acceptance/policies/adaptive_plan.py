@@ -106,7 +106,9 @@ class AdaptivePlan(StepPlan):
         # acc_len: what the target will accept (lookup reads it; of the policies, the oracle).
         acc = self.acceptance.at(requests, positions) if acc_len is None else acc_len
         assert self._batch_size is not None and self._requests is not None
-        computed = self._requests.num_computed_tokens[requests] + moved
+        computed = self._requests.num_computed_tokens[requests]
+        if not isinstance(moved, int) or moved:
+            computed = computed + moved
         return BatchView(self._batch_size() - gone, requests, positions, computed, acc)
 
     def lookup(self, requests: IntArray, step_index: IntArray) -> tuple[IntArray, IntArray]:
@@ -221,9 +223,10 @@ class AdaptivePlan(StepPlan):
                 active = (before[:, None] + total - chunk) < remaining[:, None]
                 seen_proposed[:, j : j + hold] = proposed[:, j : j + hold] * active
                 seen_accepted[:, j : j + hold] = (chunk - 1) * active
-                forked.observe(
-                    requests, seen_proposed[:, j : j + hold], seen_accepted[:, j : j + hold]
-                )
+                if j + hold < num_steps:  # the last chunk informs no decision of the window
+                    forked.observe(
+                        requests, seen_proposed[:, j : j + hold], seen_accepted[:, j : j + hold]
+                    )
                 before += total[:, -1]
             j += hold
         accepted = emitted - 1

@@ -129,7 +129,9 @@ class GoodputPolicy(SpeculationPolicy):
         # Rows that drafted nothing learn nothing (their step adds an exact zero). A chain step
         # tried a + 1 drafts (the last rejected) unless all p were accepted.
         weights = (self.ema_alpha * (proposed > 0)).T
-        targets = np.stack((accepted, np.minimum(accepted + 1, proposed)), axis=1).T
+        targets = np.empty((proposed.shape[1], 2, len(ids)))
+        targets[:, 0] = accepted.T
+        targets[:, 1] = np.minimum(accepted + 1, proposed).T
         for went, target in zip(weights, targets, strict=True):
             # Both EMAs of every row: ema += went · (target - ema).
             change = target - ema
