@@ -182,10 +182,10 @@ class AdaptivePlan(StepPlan):
             acc_len = positions
             if policy.clairvoyant:
                 acc_len = values[index].astype(np.int64)
-            if policy.reads_batch:
-                # The batch at this decision: the rows not finished yet (a stretch runs on past
-                # finishes only when no one waits to take their place).
-                live = before < remaining
+            # A policy that reads the batch sees the rows not finished yet at this decision (a
+            # stretch runs on past finishes only when no one waits to take their place).
+            live = before < remaining if policy.reads_batch else None
+            if live is not None and not live.all():
                 k = np.zeros(len(requests), dtype=np.int64)
                 k[live] = policy.choose(
                     self._view(
