@@ -1,10 +1,14 @@
 """Adaptive speculation: what a per-step policy costs the simulator, and what it gains.
 
-``speed``: one scenario run with a fixed k and with each adaptive policy, same seed; the CPU time
-of the run (build and simulate, in this process) and the ratio to the fixed-k run, each arm the
-least disturbed (lowest CPU time) of ``--repeat`` runs. Target: an adaptive run costs at most 1.5
-times the fixed-k run. The CPU time is printed beside the wall time: on a shared machine the two
-differ.
+``speed``: one scenario run with a fixed k and with each adaptive policy, same seed, at each
+``--requests`` count (the long run is the one where the compiled step-cost evaluator, loaded
+after 20,000 costed blocks, prices most steps); the CPU time of the run (build and simulate, in
+this process) and the ratio to the fixed-k run, each arm the least disturbed (lowest CPU time)
+of ``--repeat`` runs, the arms taken in turn within each repetition so that a change in the
+machine's load falls on all of them alike. Every arm keeps the same outputs (the summary and
+every step record in memory) and runs on the same arrivals, lengths and acceptance. Target: an
+adaptive run costs at most 1.5 times the fixed-k run. The CPU time is printed beside the wall
+time: on a shared machine the two differ.
 
 ``sweep``: a scenario whose ``speculation.policy`` is set, run over a load sweep with every
 fixed k (0 = no speculation, up to ``num_speculative_tokens``) and with its policy, on the same
@@ -35,10 +39,14 @@ sys.path.insert(0, str(REPO))
 from sim.run import run_scenario  # noqa: E402
 from sim.scenario import validate_document  # noqa: E402
 
-#: The speed case: the shipped chat scenario on SGLang at a busy load (many stretches).
+#: The speed case: the shipped chat scenario on SGLang at a busy load (many stretches); every
+#: policy, disable-above-batch at about the run's mean batch size so that it switches.
 SPEED_SCENARIO = "scenarios/spec-chat-eagle3.yaml"
 SPEED_POLICIES: tuple[dict[str, Any], ...] = (
+    {"name": "fixed"},
+    {"name": "disable-above-batch", "params": {"max_batch_size": 32}},
     {"name": "sglang-ema"},
+    {"name": "sglang-ema", "params": {"batch_slots": "sglang"}},
     {"name": "oracle"},
     {"name": "goodput"},
 )
@@ -50,28 +58,45 @@ def _run(document: dict[str, Any]) -> tuple[dict[str, Any], float, float]:
     return summary, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def speed(num_requests: int, rate: float, repeat: int) -> None:
+def _arm_name(policy: dict[str, Any] | None) -> str:
+    if policy is None:
+        return "fixed k=3"
+    slots = policy.get("params", {}).get("batch_slots")
+    return policy["name"] + (" slots" if slots else "")
+
+
+def speed(counts: list[int], rate: float, repeat: int) -> None:
     base = yaml.safe_load((REPO / SPEED_SCENARIO).read_text())
-    base["workload"]["num_requests"] = num_requests
     base["workload"]["arrival"]["rate_per_s"] = rate
     base["engine"] = {"preset": "sglang"}
     base["speculation"]["allow_unsupported"] = True  # goodput and oracle are what-if policies
     _run(copy.deepcopy(base))  # warm the caches (traces, tables) before timing
-
-    def best_of(document: dict[str, Any]) -> tuple[float, float]:
-        """The least disturbed of ``repeat`` runs (the lowest CPU time) and its wall time."""
-        runs = [_run(copy.deepcopy(document))[1:] for _ in range(repeat)]
-        return min(runs, key=lambda run: run[1])
-
-    fixed_wall, fixed_cpu = best_of(base)
-    print(f"{SPEED_SCENARIO} on sglang, {num_requests} requests at {rate}/s, best of {repeat}")
-    print(f"{'arm':<14} {'wall s':>8} {'cpu s':>8} {'cpu / fixed':>12}")
-    print(f"{'fixed k=3':<14} {fixed_wall:8.2f} {fixed_cpu:8.2f} {1.0:12.2f}")
-    for policy in SPEED_POLICIES:
-        document = copy.deepcopy(base)
-        document["speculation"]["policy"] = policy
-        wall, cpu = best_of(document)
-        print(f"{policy['name']:<14} {wall:8.2f} {cpu:8.2f} {cpu / fixed_cpu:12.2f}")
+    arms: list[dict[str, Any] | None] = [None, *SPEED_POLICIES]
+    for num_requests in counts:
+        documents = []
+        for policy in arms:
+            document = copy.deepcopy(base)
+            document["workload"]["num_requests"] = num_requests
+            if policy is not None:
+                document["speculation"]["policy"] = copy.deepcopy(policy)
+            documents.append(document)
+        # runs[arm]: (wall, cpu, summary) of each repetition; the arms in turn.
+        runs: list[list[tuple[float, float, dict[str, Any]]]] = [[] for _ in arms]
+        for _ in range(repeat):
+            for arm, document in enumerate(documents):
+                summary, wall, cpu = _run(copy.deepcopy(document))
+                runs[arm].append((wall, cpu, summary))
+        best = [min(arm_runs, key=lambda run: run[1]) for arm_runs in runs]
+        fixed_cpu = best[0][1]
+        print(f"{SPEED_SCENARIO} on sglang, {num_requests} requests at {rate}/s, best of {repeat}")
+        print(
+            f"{'arm':<20} {'steps':>7} {'batch':>6} {'wall s':>8} {'cpu s':>8} {'cpu / fixed':>12}"
+        )
+        for policy, (wall, cpu, summary) in zip(arms, best, strict=True):
+            print(
+                f"{_arm_name(policy):<20} {summary['num_steps']:7d} "
+                f"{summary['mean_batch_size']:6.1f} {wall:8.2f} {cpu:8.2f} {cpu / fixed_cpu:12.2f}"
+            )
 
 
 def _sweep_point(
@@ -162,7 +187,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     fast = sub.add_parser("speed")
-    fast.add_argument("--requests", type=int, default=3000)
+    fast.add_argument("--requests", default="3000,30000")
     fast.add_argument("--rate", type=float, default=16.0)
     fast.add_argument("--repeat", type=int, default=3)
     grid = sub.add_parser("sweep")
@@ -173,7 +198,7 @@ def main() -> None:
     grid.add_argument("--duration-s", type=float, default=60.0)
     args = parser.parse_args()
     if args.command == "speed":
-        speed(args.requests, args.rate, args.repeat)
+        speed([int(value) for value in args.requests.split(",")], args.rate, args.repeat)
     else:
         rates = [float(value) for value in args.rates.split(",")]
         seeds = [int(value) for value in args.seeds.split(",")]

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from sim.errors import InvariantError
+
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 
@@ -52,6 +54,8 @@ def evaluate(
     draft_proposed_i: IntArray,
     draft_given: FloatArray,
     levels: FloatArray,
+    levels_by_k: IntArray,
+    fixed_by_k: FloatArray,
     nets: FloatArray,
     sizes: IntArray,
     flags: IntArray,
@@ -70,7 +74,10 @@ def evaluate(
     missing (their keys are written to ``missing``, 3 × up to (2 + levels) per step, and
     ``out`` is then incomplete). ``flags``, ``c``, ``levels`` (the later draft forwards' nodes
     per sequence) and ``nets`` (the draft networks' terms, :func:`_network_terms`) are
-    :class:`LoweredCost`'s parameters."""
+    :class:`LoweredCost`'s parameters. ``levels_by_k`` and ``fixed_by_k``: for a chain whose
+    length a policy chooses per step, the later forwards and the fixed drafting seconds of a
+    chain of k drafts (index k; a step drafts ``ceil(proposed / sequences)``, as
+    :class:`~sim.acceptance.policies.AdaptiveDrafter` costs it); empty otherwise."""
     counts_sequences, padding, mixed, max_tokens = flags[0], flags[1], flags[2], flags[3]
     expansion, attention_form, window_on, prefill_differs = flags[4], flags[5], flags[6], flags[7]
     overlap, draft_form, num_layers = flags[8], flags[9], flags[10]
@@ -132,7 +139,17 @@ def evaluate(
             seconds = 0.0
             later = 0.0
             num_step_missing = 0
-            for f in range(len(levels) + 1):
+            num_levels = len(levels)
+            fixed_draft = c[22]
+            if len(levels_by_k):
+                # AdaptiveDrafter: the strategy of the step's k (none drafts at k = 0).
+                k = -(-draft_proposed_i[j] // max(draft_seqs_i[j], 1))
+                if k >= len(levels_by_k):
+                    raise InvariantError("a step drafts more than the longest chain built")
+                if k > 0:
+                    num_levels = levels_by_k[k]
+                    fixed_draft = fixed_by_k[k]
+            for f in range(num_levels + 1):
                 if f == 0:
                     which, base = FIRST_NET, 0
                     f_tokens, f_logits, f_kv, f_pairs = new, seqs, context, new * mean
@@ -190,10 +207,10 @@ def evaluate(
                     later = later + f_forward
             if num_step_missing:
                 continue
-            if len(levels):
+            if num_levels:
                 seconds = seconds + later
             drafting = seqs > 0 and draft_proposed_i[j] > 0
-            draft = (c[22] + seconds) * (1.0 if drafting else 0.0)
+            draft = (fixed_draft + seconds) * (1.0 if drafting else 0.0)
         if not found:
             continue
         if dense:
@@ -244,12 +261,16 @@ def evaluate(
 
 def _probe(keys: FloatArray, used: NDArray[np.bool_], a: float, b: float, c: float) -> int:
     """The slot of key ``(a, b, c)`` in an open-addressing table (``keys``, ``used``; its
-    size a power of two): where it is, or the empty slot where it goes."""
+    size a power of two): where it is, or the empty slot where it goes. The probe visits each
+    slot once at most: a full table without the key raises InvariantError (the table is kept
+    at most half full, so that is a bug, and it must not loop for ever)."""
     mask = len(used) - 1
     slot = (int(a) * 31 + int(b) * 7 + int(c)) & mask
-    while used[slot] and not (keys[slot, 0] == a and keys[slot, 1] == b and keys[slot, 2] == c):
+    for _ in range(len(used)):
+        if not used[slot] or (keys[slot, 0] == a and keys[slot, 1] == b and keys[slot, 2] == c):
+            return slot
         slot = (slot + 1) & mask
-    return slot
+    raise InvariantError("step-cost table full: a key found no slot (it is kept half empty)")
 
 
 def store(

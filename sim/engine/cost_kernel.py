@@ -28,11 +28,13 @@ step shapes for every kind of node the catalogue ships, and over whole runs.
 Drafting time is lowered for the lookup strategies (n-gram, suffix, lookahead: arithmetic) and
 for the EAGLE family (EAGLE, EAGLE-2, EAGLE-3, MTP: a catch-up forward of one network and one
 forward of another per tree level, each a draft network's forward with its linear term from the
-tables); for Medusa, P-EAGLE, a draft model or an adaptive policy the drafter's own numpy method
-prices it and the evaluator adds it. The drafter's overheads are read when the evaluator is
-built (a fit that swaps them does so before the run). A deployment of
-several attention groups or with expert parallelism (:mod:`sim.parallel_cost`) is not lowered:
-:func:`lower` returns None and the engine keeps the Python path. Without numba likewise.
+tables), also when a policy chooses the chain's length per step (each step's forwards and fixed
+time are those of its k's chain, whose levels are the first of the longest's); for Medusa,
+P-EAGLE or a draft model the drafter's own numpy method prices it and the evaluator adds it.
+The drafter's overheads are read when the evaluator is built (a fit that swaps them does so
+before the run). A deployment of several attention groups or with expert parallelism
+(:mod:`sim.parallel_cost`) is not lowered: :func:`lower` returns None and the engine keeps the
+Python path. Without numba likewise.
 """
 
 from __future__ import annotations
@@ -56,7 +58,13 @@ from sim.engine.cost_eval import (
     ROWS,
     ROWS_PER_FILL,
 )
-from sim.engine.cost_terms import _draft_terms, _network_linear, _network_terms, python_durations
+from sim.engine.cost_terms import (
+    _chain_by_k,
+    _draft_terms,
+    _network_linear,
+    _network_terms,
+    python_durations,
+)
 from sim.engine.drafter import Drafter, DraftWork
 
 IntArray = NDArray[np.int64]
@@ -93,13 +101,21 @@ class LoweredCost:
         measured_attention = kernels is not None and kernels.prices_attention
         networks: list[Any] = []
         draft_form, draft = DRAFT_NONE, (0.0, 0.0, 0.0)
+        # A policy's chains: priced as the longest chain's strategy, its levels cut per step.
+        chain = _chain_by_k(drafter) if speculative else None
+        source = drafter if chain is None else chain[0]
         if speculative:
-            draft_form, draft, networks = _draft_terms(drafter)
+            draft_form, draft, networks = _draft_terms(source)
         self._networks = networks
         self._levels = np.zeros(0, dtype=np.float64)
+        self._levels_by_k = np.zeros(0, dtype=np.int64)
+        self._fixed_by_k = np.zeros(0, dtype=np.float64)
+        if chain is not None:
+            self._levels_by_k = np.asarray(chain[1], dtype=np.int64)
+            self._fixed_by_k = np.asarray(chain[2], dtype=np.float64)
         self._nets = np.zeros(2 * NET_TERMS, dtype=np.float64)
         if networks:
-            self._levels = np.asarray(drafter.level_nodes, dtype=np.float64)  # type: ignore[attr-defined]
+            self._levels = np.asarray(source.level_nodes, dtype=np.float64)  # type: ignore[union-attr]
             self._nets = np.array([*_network_terms(networks[0]), *_network_terms(networks[1])])
         self._first_grid, self._later_grid = self._network_grids(max_tokens, max_seqs)
         c = np.zeros(25, dtype=np.float64)
@@ -177,6 +193,8 @@ class LoweredCost:
             _int64(work.num_proposed),
             given,
             self._levels,
+            self._levels_by_k,
+            self._fixed_by_k,
             self._nets,
             self._sizes,
             self._flags,

@@ -74,6 +74,44 @@ def _draft_terms(drafter: Drafter) -> tuple[int, tuple[float, float, float], lis
     return DRAFT_GIVEN, (0.0, 0.0, 0.0), []
 
 
+def _chain_by_k(drafter: Any) -> tuple[Any, list[int], list[float]] | None:
+    """For a drafter whose chain length a policy chooses per step
+    (:class:`~sim.acceptance.policies.AdaptiveDrafter`) over EAGLE-family chains that share
+    their networks and overheads: the longest chain's strategy, and per k (index k, 0 unused)
+    the later forwards and the fixed drafting seconds of a chain of k drafts, whose levels are
+    the first of the longest's. None for any other drafter (it prices itself)."""
+    from sim.drafting.eagle import EagleStrategy
+
+    by_k = getattr(drafter, "by_k", None)
+    if type(drafter).__name__ != "AdaptiveDrafter" or not isinstance(by_k, dict):
+        return None
+    longest = by_k[max(by_k)]
+    if type(longest) is not EagleStrategy:
+        return None
+    levels = [0] * (max(by_k) + 1)
+    fixed = [0.0] * (max(by_k) + 1)
+    for k, strategy in by_k.items():
+        if (
+            type(strategy) is not EagleStrategy
+            or strategy.level_nodes != longest.level_nodes[: len(strategy.level_nodes)]
+            or strategy.overheads != longest.overheads
+            or _network_key(strategy.first) != _network_key(longest.first)
+            or _network_key(strategy.later) != _network_key(longest.later)
+        ):
+            return None
+        o = strategy.overheads
+        levels[k] = len(strategy.level_nodes)
+        fixed[k] = o.per_step_s + (1 + len(strategy.level_nodes)) * o.per_forward_s
+    return longest, levels, fixed
+
+
+def _network_key(network: Any) -> list[float]:
+    """Every term of a draft network's forward the evaluator reads (two networks with equal
+    keys price every forward alike)."""
+    linear = [network._flop_s_per_token, network._flop_s_per_logit, network._weight_s]
+    return [*_network_terms(network), *linear, network._p, network._sampling_s_per_logit]
+
+
 def _network_terms(network: Any) -> list[float]:
     """The constant terms of a draft network's forward (``NetworkCost.forward_s``), in the
     order the evaluator reads them: KV seconds per token, seconds per causal pair, fixed

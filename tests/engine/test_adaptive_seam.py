@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from sim.acceptance.policies import (
     AdaptivePlan,
     DisableAboveBatchPolicy,
+    GoodputPolicy,
     OraclePolicy,
     PositionAcceptance,
     SglangEmaPolicy,
@@ -29,14 +30,35 @@ from .harness import EngineSetup, Monitor, build_core, check_finished, drive_nod
 from .strategies import engine_setups
 from .test_fast_forward import _assert_identical
 
-POLICY_KINDS = ("oracle", "disable-above-batch", "sglang-ema")
+POLICY_KINDS = ("oracle", "disable-above-batch", "sglang-ema", "sglang-ema-slots", "goodput")
 
 
-def _policy(kind: str, k_max: int, knob: int) -> SpeculationPolicy:
+def _step_time(b: int, k_max: int, context: int) -> np.ndarray:
+    """A made-up verify step time: a fixed part, the tokens and the context, so that the best k
+    moves with the batch and the acceptance (the engine's cost model plays no part here)."""
+    k = np.arange(k_max + 1)
+    return 1e-3 + 2e-4 * b * (1 + k) ** 1.5 + 1e-8 * context
+
+
+def _policy(kind: str, k_max: int, knob: int, num_requests: int) -> SpeculationPolicy:
     if kind == "oracle":
         return OraclePolicy(k_max)  # k differs between the sequences of one step
     if kind == "disable-above-batch":
         return DisableAboveBatchPolicy(k_max, max_batch_size=knob)  # on and off between steps
+    if kind == "goodput":
+        # Decides every knob steps; the first lookahead of a general step crosses a decision.
+        return GoodputPolicy(k_max, num_requests, _step_time, update_interval=knob)
+    if kind == "sglang-ema-slots":
+        # Slots from 1, knob + 1 and knob + 3 sequences: batches cross them as they grow and
+        # shrink (a stretch runs past finishes only within the lowest).
+        slots = [
+            {"min_batch_size": 1, "candidate_steps": [1]},
+            {"min_batch_size": knob + 1, "down_hysteresis": 0.0},
+            {"min_batch_size": knob + 3, "candidate_steps": [1], "up_hysteresis": -0.1},
+        ]
+        return SglangEmaPolicy(
+            k_max, warmup_batches=knob - 1, update_interval=knob, batch_slots=slots
+        )
     # Small warm-up and interval so that the choice moves within a short run.
     return SglangEmaPolicy(
         k_max, candidate_steps=[1], warmup_batches=knob - 1, update_interval=knob
@@ -51,7 +73,7 @@ def _core(setup: EngineSetup, kind: str, knob: int, seed: int, fast: bool) -> En
     values = rng.integers(1, setup.max_accepted + 3, size=int(offsets[-1])).astype(np.uint8)
     plan = AdaptivePlan(
         PositionAcceptance(values, offsets),
-        _policy(kind, setup.max_accepted, knob),
+        _policy(kind, setup.max_accepted, knob, n),
         setup.max_accepted,
     )
     core = build_core(replace(setup, plan=plan), fast)
@@ -72,7 +94,7 @@ ADAPTIVE = settings(max_examples=80, deadline=None, suppress_health_check=[Healt
 def test_kv_and_records_hold_when_k_changes(
     setup: EngineSetup, kind: str, knob: int, seed: int
 ) -> None:
-    if kind == "sglang-ema" and setup.max_accepted < 2:
+    if kind.startswith("sglang-ema") and setup.max_accepted < 2:
         kind = "oracle"  # SGLang needs two candidate step counts
     fast_core = _core(setup, kind, knob, seed, fast=True)
     monitor = Monitor(fast_core, setup.max_accepted)

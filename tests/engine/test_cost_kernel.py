@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from sim.engine import cost_eval, cost_kernel
 from sim.engine.drafter import DraftWork
-from sim.errors import SpecsimError
+from sim.errors import InvariantError, SpecsimError
 from sim.run import REQUEST_COLUMNS, build_simulation, execute
 from sim.scenario import validate_document
 
@@ -132,6 +132,14 @@ NODES: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]] = [
         _EAGLE3,
     ),
     ("trtllm", {"gpu": "h100-sxm", "num_gpus": 2}, "llama-3.1-70b", {"preset": "trtllm-1.0"}, {}),
+    # A policy chooses the chain's length per step: each step priced by its k's chain.
+    (
+        "h100-dense-eagle3-adaptive",
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "llama-3.1-8b",
+        {"preset": "sglang"},
+        {**_EAGLE3, "num_speculative_tokens": 4, "policy": {"name": "sglang-ema"}},
+    ),
     ("llamacpp", {"gpu": "h100-sxm", "num_gpus": 1}, "llama-3.1-8b", {"preset": "llamacpp"}, {}),
     # A CPU node: no CUDA graphs or launches, the sharp roofline (sim/cpu_node.py).
     ("llamacpp-cpu", {"gpu": "epyc-9554", "num_gpus": 1}, "phi-4", {"preset": "llamacpp"}, {}),
@@ -218,6 +226,33 @@ def test_lowered_cost_equals_the_python_cost_model(name: str, data: st.DataObjec
         assert np.array_equal(again, expected_total), name
 
 
+@SHAPES
+@given(data=st.data())
+def test_a_chain_length_chosen_per_step_is_lowered_and_priced_as_its_chain(
+    data: st.DataObject,
+) -> None:
+    # AdaptiveDrafter prices each step with the strategy of k = ceil(proposed / sequences)
+    # (steps of one block, and sequences of one step, may draft different k): the evaluator
+    # cuts the longest chain's levels to k and must give the same seconds, bit for bit.
+    *both, max_seqs = _lowered("h100-dense-eagle3-adaptive")
+    assert all(lowered.draft_form == cost_eval.DRAFT_NETWORKS for lowered in both)
+    b, tokens, logits, kv_read, pairs_x2, work = data.draw(step_shapes(max_seqs))
+    per_seq = np.array(data.draw(st.lists(st.integers(0, 4), min_size=len(b), max_size=len(b))))
+    # Up to k_max drafts per sequence, not always a multiple of the sequences (mixed k).
+    extra = np.array(data.draw(st.lists(st.integers(0, 3), min_size=len(b), max_size=len(b))))
+    seqs = np.asarray(work.num_seqs)
+    proposed = np.minimum(seqs * per_seq + extra * (per_seq < 4), 4 * seqs) * (seqs > 0)
+    work = DraftWork(
+        work.num_seqs, work.num_new_tokens, work.context_tokens, work.num_full_accept, proposed
+    )
+    shape = (b, tokens, logits, kv_read, pairs_x2, work)
+    expected_total, expected = both[0].reference(*shape)
+    for lowered in both:
+        total, parts = lowered.durations(*shape)
+        assert np.array_equal(parts["draft_s"], expected["draft_s"])
+        assert np.array_equal(total, expected_total)
+
+
 @pytest.mark.parametrize("name", ["h100-dense-eagle3", "h100-tp8-eagle3", "h100-dense"])
 def test_a_table_that_grows_while_a_block_is_priced_is_read_anew(name: str) -> None:
     # Regression: the table moved to a larger one while the evaluator still held the old arrays,
@@ -240,6 +275,27 @@ def test_a_table_that_grows_while_a_block_is_priced_is_read_anew(name: str) -> N
     total, _ = lowered.durations(*shape)
     assert np.array_equal(total, expected_total)
     assert len(lowered._table_used) > 4
+
+
+def test_a_full_table_raises_instead_of_probing_for_ever() -> None:
+    # The table is kept at most half full; should that ever break, a probe for a key that is
+    # not there must stop after visiting every slot once and say so (it used to loop for ever,
+    # and the growth regression test above would hang rather than fail).
+    lowered, _, _ = _lowered("h100-dense-eagle3")  # without grids: every term in the table
+    lowered._new_table(4)
+    keys = np.array([[1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    lowered._store(*lowered._table(), keys, np.ones(4), np.ones(4))
+    assert lowered._table_used.all()
+    with pytest.raises(InvariantError, match="table full"):
+        lowered._store(*lowered._table(), np.array([[9.0], [1.0], [0.0]]), np.ones(1), np.ones(1))
+    work = DraftWork(*(np.array([1]) for _ in range(5)))
+    one = np.array([1], dtype=np.int64)
+    with pytest.raises(InvariantError, match="table full"):
+        lowered.durations(one, 4 * one, 4 * one, 504 * one, 4008 * one, work)
+    # A key in the full table is still found, at the slot it was stored in.
+    table_keys, _, used = lowered._table()
+    slot = cost_eval._probe(table_keys, used, 3.0, 1.0, 0.0)
+    assert list(table_keys[slot]) == [3.0, 1.0, 0.0]
 
 
 def test_a_parallel_layout_keeps_the_python_path() -> None:
@@ -313,6 +369,31 @@ def test_identical_records_for_whole_scenarios(name: str) -> None:
     )
     assert replace(compiled.summary, wall_time_s=None) == replace(
         reference.summary, wall_time_s=None
+    )
+
+
+@pytest.mark.parametrize("policy", ["goodput", "oracle", "sglang-ema"])
+def test_identical_records_when_a_policy_chooses_k(policy: str) -> None:
+    # The goodput and EMA policies change k between steps, the oracle between the sequences of
+    # one step: the evaluator prices each step's drafting by its chain, as the drafter does.
+    speculation = {
+        "method": "eagle3",
+        "num_speculative_tokens": 4,
+        "acceptance": {"alpha": 0.7},
+        "policy": {"name": policy},
+        "allow_unsupported": True,
+    }
+    document = {**SCENARIOS["eagle3-chain"], "speculation": speculation}
+    (compiled, core), (reference, _) = (
+        _run_scenario(document, policy, compiled_cost=flag) for flag in (True, False)
+    )
+    assert core._lowered is not None and core._lowered.draft_form == cost_eval.DRAFT_NETWORKS
+    drafted = compiled.steps["spec_k"][compiled.steps["spec_k"] > 0]
+    assert len(np.unique(drafted)) > 1  # k did change between steps
+    _assert_identical(compiled.steps, reference.steps)
+    _assert_identical(
+        {k: compiled.requests[k] for k in REQUEST_COLUMNS},
+        {k: reference.requests[k] for k in REQUEST_COLUMNS},
     )
 
 

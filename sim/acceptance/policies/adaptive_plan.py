@@ -35,6 +35,7 @@ class AdaptivePlan(StepPlan):
     #: The window last played forward on a fork: rows, planned steps, the fork's state at each
     #: decision (step index, state after deciding there).
     _played: tuple[IntArray, IntArray, IntArray, list[tuple[int, Any]]] | None
+    _forks: bool
 
     def __init__(
         self,
@@ -52,7 +53,6 @@ class AdaptivePlan(StepPlan):
         object.__setattr__(self, "acceptance", acceptance)
         object.__setattr__(self, "policy", policy)
         object.__setattr__(self, "k_max", int(k_max))
-        object.__setattr__(self, "batch_dependent", policy.batch_dependent)
         # A stretch's admitted rows are planned apart from the others: a policy that reads the
         # batch or learns from it sees admissions one step at a time.
         object.__setattr__(
@@ -61,6 +61,21 @@ class AdaptivePlan(StepPlan):
         object.__setattr__(self, "_requests", None)
         object.__setattr__(self, "_batch_size", None)
         object.__setattr__(self, "_played", None)
+        # Whether the policy can be played forward (a property of its kind, asked once: a fork
+        # of a learning policy copies its state).
+        object.__setattr__(self, "_forks", policy.fork() is not None)
+
+    @property
+    def batch_dependent(self) -> bool:  # type: ignore[override]
+        """Whether a finish may change the policy's choice, so that a stretch must stop there: a
+        stretch admits nobody after its first step, so the batch only shrinks along it, and a
+        policy may say its choice at the current batch holds at every smaller one
+        (:meth:`SpeculationPolicy.holds_as_batch_shrinks`)."""
+        policy = self.policy
+        if not policy.batch_dependent:
+            return False
+        assert self._batch_size is not None, "AdaptivePlan.bind was not called"
+        return not policy.holds_as_batch_shrinks(self._batch_size())
 
     def bind(self, requests: Any, batch_size: Callable[[], int]) -> None:
         """Read positions and cached tokens from the engine's request table and the batch
@@ -79,15 +94,18 @@ class AdaptivePlan(StepPlan):
         positions: IntArray,
         moved: IntArray | int = 0,
         gone: int = 0,
-        reads_ahead: bool = True,
+        acc_len: IntArray | None = None,
     ) -> BatchView:
         """The batch at ``positions``; ``moved``: tokens each row emitted since the engine's
         state was read (a decoding row's cached tokens grow by what it emits); ``gone``: rows
-        finished since (the batch is that much smaller)."""
+        finished since (the batch is that much smaller); ``acc_len``: the rows' acc_len there
+        when the caller read it (or, for a policy that may not read it, a stand-in)."""
         # acc_len: what the target will accept (lookup reads it; of the policies, the oracle).
-        acc = self.acceptance.at(requests, positions) if reads_ahead else positions
+        acc = self.acceptance.at(requests, positions) if acc_len is None else acc_len
         assert self._batch_size is not None and self._requests is not None
-        computed = self._requests.num_computed_tokens[requests] + moved
+        computed = self._requests.num_computed_tokens[requests]
+        if not isinstance(moved, int) or moved:
+            computed = computed + moved
         return BatchView(self._batch_size() - gone, requests, positions, computed, acc)
 
     def lookup(self, requests: IntArray, step_index: IntArray) -> tuple[IntArray, IntArray]:
@@ -101,8 +119,10 @@ class AdaptivePlan(StepPlan):
         if not ahead.any():
             return k, accepted
         # Rows asked one step ahead (the drafting after their verify step): their positions
-        # move on by this step's emission, and a learning policy has seen this step.
-        forked = self.policy.fork()
+        # move on by this step's emission, and a learning policy has seen this step. When its
+        # choice holds past this step (holds_for: it depends on nothing but the batch and the
+        # positions until then), what it learns here cannot change it: no copy to teach.
+        forked = self.policy.fork() if self.policy.holds_for() < 2 else None
         policy = self.policy if forked is None else forked
         if forked is not None:
             forked.observe(requests, (k * ahead)[:, None], (accepted * ahead)[:, None])
@@ -142,18 +162,27 @@ class AdaptivePlan(StepPlan):
         length = self.acceptance.offsets[requests + 1] - start
         before = np.zeros(len(requests), dtype=np.int64)
         proposed = np.zeros((len(requests), num_steps), dtype=np.int64)
-        accepted = np.zeros((len(requests), num_steps), dtype=np.int64)
+        # Tokens each planned step emits: min(acc_len, k + 1), the accepted drafts and the bonus.
+        emitted = np.zeros((len(requests), num_steps), dtype=np.int64)
         start_positions = positions
+        # Where each row reads acc_len: its flat index in ``values``. A step moves at most
+        # k_max + 1 positions, so when no row can pass its trace's end within the window the
+        # index just moves on; otherwise it wraps (positions modulo the trace's length).
+        wraps = bool((positions + num_steps * (self.k_max + 1) >= length).any())
+        index = start + (positions % length if wraps else positions)
         # What the fork observed (steps past a row's end masked, as the engine applies them).
         seen_proposed = np.zeros_like(proposed)
-        seen_accepted = np.zeros_like(accepted)
+        seen_accepted = np.zeros_like(proposed)
         snapshots: list[tuple[int, Any]] = []
         j = 0
         while j < num_steps:
-            if policy.reads_batch:
-                # The batch at this decision: the rows not finished yet (a stretch runs on past
-                # finishes only when no one waits to take their place).
-                live = before < remaining
+            acc_len = positions
+            if policy.clairvoyant:
+                acc_len = values[index].astype(np.int64)
+            # A policy that reads the batch sees the rows not finished yet at this decision (a
+            # stretch runs on past finishes only when no one waits to take their place).
+            live = before < remaining if policy.reads_batch else None
+            if live is not None and not live.all():
                 k = np.zeros(len(requests), dtype=np.int64)
                 k[live] = policy.choose(
                     self._view(
@@ -161,12 +190,12 @@ class AdaptivePlan(StepPlan):
                         positions[live],
                         (positions - start_positions)[live],
                         int((~live).sum()),
-                        policy.clairvoyant,
+                        acc_len[live],
                     )
                 )
             else:
                 moved = positions - start_positions
-                k = policy.choose(self._view(requests, positions, moved, 0, policy.clairvoyant))
+                k = policy.choose(self._view(requests, positions, moved, 0, acc_len))
             if forked is not None:
                 snapshots.append((j, forked.snapshot()))
             # Steps over which the choice holds: the planner kept the window within
@@ -177,22 +206,27 @@ class AdaptivePlan(StepPlan):
                 hold = min(forked.holds_for(), num_steps - j)
             else:
                 hold = num_steps - j
+            # acc_len - 1 >= 0 drafts accepted, at most k: min(acc_len, k + 1) tokens emitted.
+            reach = k + 1
             for i in range(j, j + hold):
-                a = np.minimum(values[start + positions % length].astype(np.int64) - 1, k)
-                accepted[:, i] = a
-                positions = positions + a + 1
+                step = np.minimum(values[index], reach)
+                emitted[:, i] = step
+                positions = positions + step
+                index = start + positions % length if wraps else index + step
             proposed[:, j : j + hold] = k[:, None]
             if forked is not None:
-                chunk = accepted[:, j : j + hold]
-                emitted = np.cumsum(chunk + 1, axis=1)
-                active = (before[:, None] + emitted - chunk - 1) < remaining[:, None]
+                chunk = emitted[:, j : j + hold]
+                total = np.cumsum(chunk, axis=1)
+                active = (before[:, None] + total - chunk) < remaining[:, None]
                 seen_proposed[:, j : j + hold] = proposed[:, j : j + hold] * active
-                seen_accepted[:, j : j + hold] = chunk * active
-                forked.observe(
-                    requests, seen_proposed[:, j : j + hold], seen_accepted[:, j : j + hold]
-                )
-                before += emitted[:, -1]
+                seen_accepted[:, j : j + hold] = (chunk - 1) * active
+                if j + hold < num_steps:  # the last chunk informs no decision of the window
+                    forked.observe(
+                        requests, seen_proposed[:, j : j + hold], seen_accepted[:, j : j + hold]
+                    )
+                before += total[:, -1]
             j += hold
+        accepted = emitted - 1
         object.__setattr__(
             self,
             "_played",
@@ -201,7 +235,7 @@ class AdaptivePlan(StepPlan):
         return proposed, accepted
 
     def holds_for(self) -> int:
-        if self.policy.fork() is not None:
+        if self._forks:
             return HOLDS_FOREVER  # played forward in :meth:`window`
         return self.policy.holds_for()
 
@@ -248,10 +282,11 @@ class AdaptiveDrafter:
         seqs = np.asarray(work.num_seqs, dtype=np.int64)
         proposed = np.asarray(work.num_proposed, dtype=np.int64)
         k = -(-proposed // np.maximum(seqs, 1))  # ceil
-        ks = np.unique(k[k > 0])
-        if ks.size <= 1:
-            only = int(ks[0]) if ks.size else max(self.by_k)
+        drafting = k[k > 0]
+        if not drafting.size or (drafting == drafting[0]).all():
+            only = int(drafting[0]) if drafting.size else max(self.by_k)
             return np.asarray(self.by_k[only].draft_time_s(work), dtype=np.float64)
+        ks = np.unique(drafting)
         seconds = np.zeros(len(seqs), dtype=np.float64)
         fields = (
             "num_seqs",

@@ -126,6 +126,14 @@ class SpeculationPolicy(ABC):
         the positions (the stretch planner plans no further)."""
         return HOLDS_FOREVER
 
+    def holds_as_batch_shrinks(self, batch_size: int) -> bool:
+        """Whether, for a policy whose choice reads the batch size, the choice it makes at a
+        batch of ``batch_size`` sequences is the one it makes at every smaller batch (then a
+        stretch may run on past finishes, which only shrink the batch; otherwise it stops at
+        each). Default: only when the batch size does not enter the choice."""
+        del batch_size
+        return not self.batch_dependent
+
     def fork(self) -> SpeculationPolicy | None:
         """A copy whose learning does not touch this policy, for the stretch planner to play the
         policy forward over a planned stretch; None if the policy cannot be played forward

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -46,9 +45,13 @@ class GoodputPolicy(SpeculationPolicy):
         if not 0.0 < ema_alpha <= 1.0:
             raise ScenarioError("speculation.policy.params.ema_alpha: must be in (0, 1]")
         _check_range("update_interval", update_interval, 1, 1 << 20)
-        # Geometric acceptance: α̂ = accepted / tried drafts (the MLE), each an EMA per request.
-        self.accepted_ema = np.full(num_requests, float(prior_alpha))
-        self.tried_ema = np.ones(num_requests)
+        # Geometric acceptance: α̂ = accepted / tried drafts (the MLE), each an EMA per request:
+        # row 0 and row 1 of one array, so a step updates both in one pass.
+        self._ema = np.ones((2, num_requests))
+        self._ema[0] = float(prior_alpha)
+        #: The observed rows' EMAs (2 × rows) after the last :meth:`observe` of a fork, for
+        #: :meth:`snapshot` (None before any).
+        self._rows: FloatArray | None = None
         self.prior_alpha = float(prior_alpha)
         self.ema_alpha = float(ema_alpha)
         self.update_interval = int(update_interval)
@@ -57,6 +60,16 @@ class GoodputPolicy(SpeculationPolicy):
         self.current = k_max
         self._depths = np.arange(k_max + 1, dtype=np.float64)
 
+    @property
+    def accepted_ema(self) -> FloatArray:
+        """EMA of accepted drafts per request."""
+        return self._ema[0]
+
+    @property
+    def tried_ema(self) -> FloatArray:
+        """EMA of tried drafts per request (accepted, and the rejected one)."""
+        return self._ema[1]
+
     def choose(self, view: BatchView) -> IntArray:
         if self.since_update >= self.update_interval:
             self.current = self._best_k(view)
@@ -64,7 +77,9 @@ class GoodputPolicy(SpeculationPolicy):
         return np.full(len(view.ids), self.current, dtype=np.int64)
 
     def _best_k(self, view: BatchView) -> int:
-        alpha = np.clip(self.accepted_ema[view.ids] / self.tried_ema[view.ids], 0.0, 0.999)
+        ema = self._ema[:, view.ids]
+        # np.clip(x, 0, 0.999), without its dispatch.
+        alpha = np.minimum(np.maximum(ema[0] / ema[1], 0.0), 0.999)
         context = int(view.computed.sum())
         # Σ_i (1 - α_i^{k+1}) / (1 - α_i) = Σ_{d<=k} Σ_i α_i^d: a running sum of power sums.
         power_sums = np.power.outer(alpha, self._depths).sum(axis=0)
@@ -82,37 +97,48 @@ class GoodputPolicy(SpeculationPolicy):
         return max(1, self.update_interval - self.since_update)
 
     def snapshot(self) -> Any:
-        return (self.current, self.since_update)
+        """The decision, its age and the observed rows' EMAs (None: not moved since the
+        fork)."""
+        return (self.current, self.since_update, self._rows)
 
     def adopt(
         self, snapshot: Any, start: int, ids: IntArray, proposed: IntArray, accepted: IntArray
     ) -> SpeculationPolicy:
-        # The EMAs learn the same from every applied step whoever observes them; the decision
-        # and its age come from the fork's record at ``start``.
-        self.observe(ids, proposed, accepted)
-        self.current, since = snapshot
+        # The fork's rows learnt the steps before ``start`` as this policy would (the same
+        # arithmetic from the same state): take their EMAs, then learn the steps after.
+        current, since, rows = snapshot
+        if rows is not None:
+            self._ema[:, ids] = rows
+        self.observe(ids, proposed[:, start:], accepted[:, start:])
+        self.current = current
         self.since_update = min(since + proposed.shape[1] - start, self.update_interval)
+        self._rows = None
         return self
 
     def fork(self) -> GoodputPolicy:
-        twin = copy.copy(self)
-        twin.accepted_ema = self.accepted_ema.copy()
-        twin.tried_ema = self.tried_ema.copy()
+        twin = object.__new__(GoodputPolicy)
+        twin.__dict__.update(self.__dict__)  # copy.copy without its __reduce_ex__ round trip
+        twin._ema = self._ema.copy()
+        twin._rows = None
         return twin
 
     def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:
         # The rows' EMAs gathered once, updated column by column (the same arithmetic as one
         # step at a time, so fast-forwarded and stepped runs agree to the bit), scattered back.
-        acc, tried_ema = self.accepted_ema[ids], self.tried_ema[ids]
+        ema = self._ema[:, ids]
         # Rows that drafted nothing learn nothing (their step adds an exact zero). A chain step
         # tried a + 1 drafts (the last rejected) unless all p were accepted.
         weights = (self.ema_alpha * (proposed > 0)).T
-        tried = np.minimum(accepted + 1, proposed).T
-        for went, a, t in zip(weights, accepted.T, tried, strict=True):
-            acc += went * (a - acc)
-            tried_ema += went * (t - tried_ema)
-        self.accepted_ema[ids] = acc
-        self.tried_ema[ids] = tried_ema
+        targets = np.empty((proposed.shape[1], 2, len(ids)))
+        targets[:, 0] = accepted.T
+        targets[:, 1] = np.minimum(accepted + 1, proposed).T
+        for went, target in zip(weights, targets, strict=True):
+            # Both EMAs of every row: ema += went · (target - ema).
+            change = target - ema
+            change *= went
+            ema += change
+        self._ema[:, ids] = ema
+        self._rows = ema
         self.since_update = min(self.since_update + proposed.shape[1], self.update_interval)
 
     def describe(self) -> dict[str, Any]:

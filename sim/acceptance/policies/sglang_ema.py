@@ -13,7 +13,6 @@ controller per batch-size range.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +155,11 @@ class SglangEmaPolicy(SpeculationPolicy):
         self._active = self._slot_of(len(view.ids))
         return np.full(len(view.ids), self.slots[self._active].current, dtype=np.int64)
 
+    def holds_as_batch_shrinks(self, batch_size: int) -> bool:
+        # Within the lowest slot every smaller batch reads and updates that slot too (a verify
+        # batch's slot is that of its drafting sequences, which a finish only makes fewer).
+        return len(self.slots) == 1 or batch_size < self.slots[1].lowest_batch
+
     def holds_for(self) -> int:
         c = self.slots[self._active].batch_count
         w, u = self.warmup_batches, self.update_interval
@@ -164,8 +168,15 @@ class SglangEmaPolicy(SpeculationPolicy):
         return following - c
 
     def fork(self) -> SglangEmaPolicy:
-        twin = copy.copy(self)
-        twin.slots = [copy.copy(slot) for slot in self.slots]
+        # By hand: copy.copy goes through __reduce_ex__, some microseconds a slot, and a run
+        # forks at every planned stretch.
+        twin = object.__new__(SglangEmaPolicy)
+        twin.__dict__.update(self.__dict__)
+        twin.slots = [
+            _EmaSlot(s.lowest_batch, s.steps, s.down_hysteresis, s.up_hysteresis, s.current,
+                     s.ema, s.batch_count)
+            for s in self.slots
+        ]  # fmt: skip
         return twin
 
     def observe(self, ids: IntArray, proposed: IntArray, accepted: IntArray) -> None:

@@ -50,6 +50,11 @@ class DisableAboveBatchPolicy(SpeculationPolicy):
         k = self.k if view.batch_size <= self.max_batch_size else 0
         return np.full(len(view.ids), k, dtype=np.int64)
 
+    def holds_as_batch_shrinks(self, batch_size: int) -> bool:
+        # At most max_batch_size: so is every smaller batch (k throughout). Above, a finish may
+        # bring the batch down to it and switch speculation on.
+        return batch_size <= self.max_batch_size
+
     def candidates(self) -> tuple[int, ...]:
         return (0, self.k)
 
