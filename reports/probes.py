@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reports.stability import FAILS, HOLDS, UNDECIDED, Target, judge_run
+from reports.stability import FAILS, HOLDS, UNDECIDED
 from sim.errors import SpecsimError
 from sim.run import resolve_engine, run_scenario
 from sim.scenario import validate_document
@@ -105,24 +105,6 @@ def run_saturation(
     return float(result.summary["request_throughput_req_s"])
 
 
-def run_probe(
-    document: dict[str, Any], base_dir: str, source: str, targets: list[Target]
-) -> dict[str, Any] | str:
-    """One seed at one rate: its judgement and a few summary figures, or the message of the
-    SpecsimError that stopped it."""
-    try:
-        scenario = validate_document(document, source)
-        result = run_scenario(scenario, Path(base_dir), step_records="summary")
-    except SpecsimError as exc:
-        return str(exc)
-    try:
-        judgement = judge_run(result.requests, result.steps, targets, PROBE_TRIM_FRACTIONS)
-    except ValueError as exc:
-        return f"{source}: {exc}"
-    summary = {key: result.summary[key] for key in KEPT_SUMMARY_KEYS}
-    return {"judgement": judgement, "summary": summary}
-
-
 @dataclass
 class SeedRun:
     """One run of one seed at the probe's rate."""
@@ -131,6 +113,8 @@ class SeedRun:
     num_requests: int
     judgement: dict[str, Any]
     summary: dict[str, Any]
+    #: Requests simulated for it: fewer than ``num_requests`` when it continued a shorter run.
+    simulated_requests: int = 0
 
     @property
     def verdict(self) -> str:
@@ -246,7 +230,8 @@ class Probe:
 
     def record(self, seed: int, num_requests: int, outcome: dict[str, Any]) -> None:
         """Add a finished run of ``seed``."""
-        run = SeedRun(seed, num_requests, outcome["judgement"], outcome["summary"])
+        simulated = int(outcome.get("simulated_requests", num_requests))
+        run = SeedRun(seed, num_requests, outcome["judgement"], outcome["summary"], simulated)
         self.runs.setdefault(seed, []).append(run)
         self.runs[seed].sort(key=lambda r: r.num_requests)
 

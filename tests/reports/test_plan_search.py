@@ -22,7 +22,7 @@ def _no_saturation_run(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _verdict_by_rate(threshold: float, calls: list[tuple[float, int, int]]) -> Any:
-    def fake(document: dict[str, Any], base_dir: str, source: str, targets: Any) -> Any:
+    def fake(document: dict[str, Any], base_dir: str, source: str, targets: Any, **_: Any) -> Any:
         rate = float(document["workload"]["arrival"]["rate_per_s"])
         calls.append((rate, int(document["seed"]), int(document["workload"]["num_requests"])))
         verdict = "holds" if rate <= threshold else "fails"
@@ -93,7 +93,7 @@ def test_a_longest_run_that_refutes_the_answer_sends_the_search_below_it(
     calls: list[tuple[float, int, int]] = []
     short, long = _verdict_by_rate(21.0, calls), _verdict_by_rate(20.0, calls)
 
-    def by_length(document: dict[str, Any], *args: Any) -> Any:
+    def by_length(document: dict[str, Any], *args: Any, **_: Any) -> Any:
         fake = long if document["workload"]["num_requests"] == 5000 else short
         return fake(document, *args)
 
@@ -109,7 +109,7 @@ def test_an_interrupted_plan_keeps_what_it_found(
     calls: list[tuple[float, int, int]] = []
     inner = _verdict_by_rate(21.0, calls)
 
-    def interrupting(*args: Any) -> Any:
+    def interrupting(*args: Any, **_: Any) -> Any:
         if len(calls) == 5:
             raise KeyboardInterrupt
         return inner(*args)
@@ -129,7 +129,7 @@ def test_undecided_seeds_run_longer_and_a_rate_never_shown_to_hold_is_no_stable_
     calls: list[tuple[float, int, int]] = []
     decided = _verdict_by_rate(0.0, calls)
 
-    def undecided(*args: Any) -> Any:
+    def undecided(*args: Any, **_: Any) -> Any:
         outcome = decided(*args)
         outcome["judgement"]["verdict"] = "undecided"
         outcome["judgement"]["point_verdict"] = "undecided"
