@@ -206,8 +206,10 @@ class Probe:
         if GRAY in verdicts.values():
             # The rate cannot hold; one run of each other seed may still show it fails.
             return [(s, self.base_requests) for s in self.seeds if self.last(s) is None]
+        if self.provisional:
+            return []
         first = [self.lead] if self.lead in self.seeds else []
-        if first and verdicts[first[0]] == HOLDS:
+        if first and (verdicts[first[0]] == HOLDS or self._short_point_holds(first[0])):
             first = []
         needed = []
         for seed in first or self.seeds:
@@ -220,6 +222,29 @@ class Probe:
         # a failure or an undecided-for-good seed settles the probe without the others.
         needed.sort(key=lambda item: self._point(item[0]) != FAILS)
         return needed[:1]
+
+    def _short_point_holds(self, seed: int) -> bool:
+        """Undecided on a run shorter than the longest, with point figures that hold, in the
+        ordinary search (not under confirmation)."""
+        run = self.last(seed)
+        return (
+            self.confirm is None
+            and run is not None
+            and run.num_requests < self.max_requests
+            and run.verdict == UNDECIDED
+            and self._point(seed) == HOLDS
+        )
+
+    @property
+    def provisional(self) -> bool:
+        """Whether the rate is taken to hold for now, unconfirmed: every seed has run, none
+        failed, and each one not shown to hold is undecided on a short run whose point figures
+        hold (:meth:`_short_point_holds`). The search moves on above it; if it comes to be the
+        answer it is confirmed in every seed at the longest runs like any other, and if a higher
+        rate holds it is never needed (capacity is monotone in the rate)."""
+        return all(
+            self.seed_verdict(seed) == HOLDS or self._short_point_holds(seed) for seed in self.seeds
+        ) and any(self.seed_verdict(seed) != HOLDS for seed in self.seeds)
 
     def _point(self, seed: int) -> str | None:
         run = self.last(seed)
@@ -255,7 +280,7 @@ class Probe:
             )
         if FAILS in verdicts:
             return False
-        return True if all(v == HOLDS for v in verdicts) else None
+        return True if all(v == HOLDS for v in verdicts) or self.provisional else None
 
     @property
     def holds(self) -> bool:
