@@ -8,7 +8,9 @@ and double until the answer is bracketed, then bisects until the bracket is narr
 tolerance. A method whose saturation run cannot be made starts from the scenario's own rate,
 doubling or halving. Each probed rate is a :class:`reports.probes.Probe`: every
 seed runs on a steady window and is judged for stability and the SLO with confidence intervals
-(:mod:`reports.stability`); undecided seeds rerun longer up to the long-run length, the rate
+(:mod:`reports.stability`); undecided seeds go on longer up to the long-run length (a longer
+run continues the shorter one in the worker that paused it: :mod:`reports.probe_runs`,
+:mod:`reports.worker_pool`), a rate whose short runs lean to hold is taken to hold for now, the rate
 holds only if it holds in every seed, and a rate still undecided there is within the noise of the
 bound: neither held nor failed, it widens the answer's resolution instead of being decided by a
 point figure. The answer is confirmed at the long-run length in every seed, and the first rate

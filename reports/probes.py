@@ -3,10 +3,12 @@
 A probe at rate λ runs each seed with ``base_requests`` Poisson requests, measured on a steady
 window (:data:`PROBE_TRIM_FRACTIONS`: the first 20% and the last 10% of requests excluded), and
 judges each run with :func:`reports.stability.judge_run`, every criterion on its confidence
-interval. A seed whose verdict is *undecided* runs again :data:`GROWTH` times longer, up to
+interval. A seed whose verdict is *undecided* goes on :data:`GROWTH` times longer, up to
 ``max_requests`` (the long-run length the answer is read at); in the bracket's lower gap
 (``direct``), where a rate that holds becomes the answer and is confirmed at ``max_requests``
-anyway, straight there. A seed still undecided there is **undecided for good**: the rate is
+anyway, straight there. A longer run continues the shorter one (:mod:`reports.probe_runs`: one
+simulation per seed and rate, paused and read at each length), so lengthening costs only the
+requests added. A seed still undecided there is **undecided for good**: the rate is
 within the noise of the bound, and it neither holds nor fails (no point figure decides it: that
 is a coin toss at the bound). A run at ``max_requests`` counts as holding only if its point
 figures on the steady window (what the run's summary shows) hold too, and as failing only if they
@@ -20,6 +22,12 @@ Seeds are lengthened one at a time, the one whose point figures fail first. A pr
 common random numbers the same arrivals come back, scaled, at every rate, so the seed with the
 worst bursts stays the worst): it runs alone until it is decided, and the others only if it
 holds.
+
+A rate whose short runs lean to hold (every seed run, none failed, each seed not shown to hold
+undecided on a short run with point figures that hold) is **provisional**: it counts as holding
+and the search moves on above it without lengthening it. It runs at ``max_requests`` only if it
+becomes the answer (confirmed like any other, and refuted there the search goes on); a higher
+rate that holds makes it moot, capacity being monotone in the rate.
 
 A probe can be **confirmed** at ``max_requests``: to *hold* (every seed runs there, the
 reported max rate) or to *fail* (seeds run there one at a time, the failing one first, until one
