@@ -8,7 +8,9 @@ and double until the answer is bracketed, then bisects until the bracket is narr
 tolerance. A method whose saturation run cannot be made starts from the scenario's own rate,
 doubling or halving. Each probed rate is a :class:`reports.probes.Probe`: every
 seed runs on a steady window and is judged for stability and the SLO with confidence intervals
-(:mod:`reports.stability`); undecided seeds rerun longer up to the long-run length, the rate
+(:mod:`reports.stability`); undecided seeds go on longer up to the long-run length (a longer
+run continues the shorter one in the worker that paused it: :mod:`reports.probe_runs`,
+:mod:`reports.worker_pool`), a rate whose short runs lean to hold is taken to hold for now, the rate
 holds only if it holds in every seed, and a rate still undecided there is within the noise of the
 bound: neither held nor failed, it widens the answer's resolution instead of being decided by a
 point figure. The answer is confirmed at the long-run length in every seed, and the first rate
@@ -26,13 +28,7 @@ interrupted plan keeps what it found.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import (
-    FIRST_COMPLETED,
-    Executor,
-    Future,
-    ProcessPoolExecutor,
-    wait,
-)
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +36,7 @@ from reports.goodput import DEFAULT_MIN_FRACTION, GoodputTarget, parse_goodput
 from reports.intervals import CONFIDENCE
 from reports.plan_output import save_plan
 from reports.plan_rows import TIE_BREAK_ORDER, MethodPlan, pick_winner, plan_row, verify_nodes
+from reports.probe_runs import run_probe
 from reports.probes import (
     CONFIRM_FAILS,
     CONFIRM_HOLDS,
@@ -47,13 +44,12 @@ from reports.probes import (
     PROBE_TRIM_FRACTIONS,
     Probe,
     probe_document,
-    run_probe,
     run_saturation,
 )
 from reports.rate_search import RateSearch
 from reports.stability import MAX_OVERLOAD, MIN_TREND, Target
+from reports.worker_pool import StickyPool
 from sim.errors import ScenarioError, SpecsimError
-from sim.pool import pool_worker_init
 from sim.scenario import Scenario, validate_document
 
 DEFAULT_PROBE_REQUESTS = 2000
@@ -64,20 +60,10 @@ DEFAULT_MAX_GROWTH = 10
 Task = tuple[dict[str, Any], str, str, list[Target]]
 
 
-class InlineExecutor(Executor):
-    """Runs each task at submission, in this process: the one-worker case, and tests."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        future.set_result(fn(*args, **kwargs))
-        return future
-
-
-def make_executor(workers: int) -> Executor:
-    """``workers`` local processes that ignore Ctrl-C (the parent decides), or inline for 1."""
-    if workers <= 1:
-        return InlineExecutor()
-    return ProcessPoolExecutor(max_workers=workers, initializer=pool_worker_init)
+def make_executor(workers: int) -> StickyPool:
+    """``workers`` local processes that ignore Ctrl-C (the parent decides) and keep each seed's
+    paused run for its next stage, or inline for 1."""
+    return StickyPool(max(1, workers))
 
 
 def _to_confirm(plan: MethodPlan) -> Probe | None:
@@ -128,7 +114,7 @@ def saturation_rates(
     source: str,
     seed: int,
     num_requests: int,
-    executor: Executor,
+    executor: StickyPool,
 ) -> dict[str, float | None]:
     """Each method's saturation throughput (None where its run could not be made: its probes
     will say why), the runs side by side on ``executor``."""
@@ -152,21 +138,31 @@ def search_capacity(
     seeds: list[int],
     base_requests: int,
     max_requests: int,
-    executor: Executor,
+    executor: StickyPool,
     on_progress: Callable[[], None] | None = None,
 ) -> None:
     """Run every method's search to its end, each method submitting its next runs as soon as
-    its previous ones are in, so the workers stay busy. A method whose run raises SpecsimError
-    stops with that reason; the others go on."""
+    its previous ones are in, so the workers stay busy. A seed's runs at one rate are stages of
+    one simulation (:mod:`reports.probe_runs`): a longer run continues the shorter one where
+    the worker paused it; a method's paused runs are dropped when its search ends. A method
+    whose run raises SpecsimError stops with that reason; the others go on."""
     in_flight: dict[Future[dict[str, Any] | str], tuple[MethodPlan, int, int]] = {}
+    keys: dict[str, set[tuple[str, float, int]]] = {plan.method: set() for plan in plans}
 
     def submit(plan: MethodPlan) -> None:
-        for seed, length in _advance(plan, seeds, base_requests, max_requests):
+        runs = _advance(plan, seeds, base_requests, max_requests)
+        if not runs:
+            executor.forget(keys[plan.method])
+            keys[plan.method].clear()
+        for seed, length in runs:
             assert plan.current is not None
             rate = plan.current.rate_per_s
             document = probe_document(documents[plan.method], rate, seed, length)
             where = f"method {plan.method}, rate {rate:g}/s, seed {seed}, {length} requests"
-            future = executor.submit(run_probe, document, str(base_dir), where, targets)
+            key = (plan.method, rate, seed)
+            keys[plan.method].add(key)
+            future = executor.submit_keyed(key, run_probe, document, str(base_dir), where,
+                                           targets, max_requests=max_requests)  # fmt: skip
             in_flight[future] = (plan, seed, length)
 
     for plan in plans:

@@ -37,6 +37,7 @@ def probes_frame(plans: list[MethodPlan]) -> pd.DataFrame:
                     "seed_index": index,
                     "num_requests": run.num_requests,
                     "holds": probe.holds,
+                    "provisional": probe.provisional,
                     "seed_holds": probe.seed_holds(seed),
                     "verdict": run.verdict,
                     "point_verdict": judgement.get("point_verdict"),

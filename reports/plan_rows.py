@@ -112,7 +112,7 @@ def plan_row(
         else None,
         "num_probes": len(plan.probes),
         "num_runs": len(runs),
-        "num_simulated_requests": sum(run.num_requests for run in runs),
+        "num_simulated_requests": sum(run.simulated_requests for run in runs),
         **requests_by_rate(plan),
     }
     if plan.reason is not None:
@@ -217,7 +217,7 @@ def requests_by_rate(plan: MethodPlan) -> dict[str, int]:
             if rate in undecided
             else "elsewhere"
         )
-        out[key] += sum(run.num_requests for runs in probe.runs.values() for run in runs)
+        out[key] += sum(run.simulated_requests for runs in probe.runs.values() for run in runs)
     return {f"simulated_requests_{key}": value for key, value in out.items()}
 
 

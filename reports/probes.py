@@ -3,10 +3,12 @@
 A probe at rate λ runs each seed with ``base_requests`` Poisson requests, measured on a steady
 window (:data:`PROBE_TRIM_FRACTIONS`: the first 20% and the last 10% of requests excluded), and
 judges each run with :func:`reports.stability.judge_run`, every criterion on its confidence
-interval. A seed whose verdict is *undecided* runs again :data:`GROWTH` times longer, up to
+interval. A seed whose verdict is *undecided* goes on :data:`GROWTH` times longer, up to
 ``max_requests`` (the long-run length the answer is read at); in the bracket's lower gap
 (``direct``), where a rate that holds becomes the answer and is confirmed at ``max_requests``
-anyway, straight there. A seed still undecided there is **undecided for good**: the rate is
+anyway, straight there. A longer run continues the shorter one (:mod:`reports.probe_runs`: one
+simulation per seed and rate, paused and read at each length), so lengthening costs only the
+requests added. A seed still undecided there is **undecided for good**: the rate is
 within the noise of the bound, and it neither holds nor fails (no point figure decides it: that
 is a coin toss at the bound). A run at ``max_requests`` counts as holding only if its point
 figures on the steady window (what the run's summary shows) hold too, and as failing only if they
@@ -21,6 +23,12 @@ common random numbers the same arrivals come back, scaled, at every rate, so the
 worst bursts stays the worst): it runs alone until it is decided, and the others only if it
 holds.
 
+A rate whose short runs lean to hold (every seed run, none failed, each seed not shown to hold
+undecided on a short run with point figures that hold) is **provisional**: it counts as holding
+and the search moves on above it without lengthening it. It runs at ``max_requests`` only if it
+becomes the answer (confirmed like any other, and refuted there the search goes on); a higher
+rate that holds makes it moot, capacity being monotone in the rate.
+
 A probe can be **confirmed** at ``max_requests``: to *hold* (every seed runs there, the
 reported max rate) or to *fail* (seeds run there one at a time, the failing one first, until one
 fails there: the reported first rate above).
@@ -33,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reports.stability import FAILS, HOLDS, UNDECIDED, Target, judge_run
+from reports.stability import FAILS, HOLDS, UNDECIDED
 from sim.errors import SpecsimError
 from sim.run import resolve_engine, run_scenario
 from sim.scenario import validate_document
@@ -105,25 +113,6 @@ def run_saturation(
     return float(result.summary.request_throughput_req_s)
 
 
-def run_probe(
-    document: dict[str, Any], base_dir: str, source: str, targets: list[Target]
-) -> dict[str, Any] | str:
-    """One seed at one rate: its judgement and a few summary figures, or the message of the
-    SpecsimError that stopped it."""
-    try:
-        scenario = validate_document(document, source)
-        result = run_scenario(scenario, Path(base_dir), step_records="summary")
-    except SpecsimError as exc:
-        return str(exc)
-    try:
-        judgement = judge_run(result.requests, result.steps, targets, PROBE_TRIM_FRACTIONS)
-    except ValueError as exc:
-        return f"{source}: {exc}"
-    written = result.summary.to_dict()
-    summary = {key: written[key] for key in KEPT_SUMMARY_KEYS}
-    return {"judgement": judgement, "summary": summary}
-
-
 @dataclass
 class SeedRun:
     """One run of one seed at the probe's rate."""
@@ -132,6 +121,8 @@ class SeedRun:
     num_requests: int
     judgement: dict[str, Any]
     summary: dict[str, Any]
+    #: Requests simulated for it: fewer than ``num_requests`` when it continued a shorter run.
+    simulated_requests: int = 0
 
     @property
     def verdict(self) -> str:
@@ -223,8 +214,10 @@ class Probe:
         if GRAY in verdicts.values():
             # The rate cannot hold; one run of each other seed may still show it fails.
             return [(s, self.base_requests) for s in self.seeds if self.last(s) is None]
+        if self.provisional:
+            return []
         first = [self.lead] if self.lead in self.seeds else []
-        if first and verdicts[first[0]] == HOLDS:
+        if first and (verdicts[first[0]] == HOLDS or self._short_point_holds(first[0])):
             first = []
         needed = []
         for seed in first or self.seeds:
@@ -238,6 +231,29 @@ class Probe:
         needed.sort(key=lambda item: self._point(item[0]) != FAILS)
         return needed[:1]
 
+    def _short_point_holds(self, seed: int) -> bool:
+        """Undecided on a run shorter than the longest, with point figures that hold, in the
+        ordinary search (not under confirmation)."""
+        run = self.last(seed)
+        return (
+            self.confirm is None
+            and run is not None
+            and run.num_requests < self.max_requests
+            and run.verdict == UNDECIDED
+            and self._point(seed) == HOLDS
+        )
+
+    @property
+    def provisional(self) -> bool:
+        """Whether the rate is taken to hold for now, unconfirmed: every seed has run, none
+        failed, and each one not shown to hold is undecided on a short run whose point figures
+        hold (:meth:`_short_point_holds`). The search moves on above it; if it comes to be the
+        answer it is confirmed in every seed at the longest runs like any other, and if a higher
+        rate holds it is never needed (capacity is monotone in the rate)."""
+        return all(
+            self.seed_verdict(seed) == HOLDS or self._short_point_holds(seed) for seed in self.seeds
+        ) and any(self.seed_verdict(seed) != HOLDS for seed in self.seeds)
+
     def _point(self, seed: int) -> str | None:
         run = self.last(seed)
         return None if run is None else run.judgement.get("point_verdict")
@@ -247,7 +263,8 @@ class Probe:
 
     def record(self, seed: int, num_requests: int, outcome: dict[str, Any]) -> None:
         """Add a finished run of ``seed``."""
-        run = SeedRun(seed, num_requests, outcome["judgement"], outcome["summary"])
+        simulated = int(outcome.get("simulated_requests", num_requests))
+        run = SeedRun(seed, num_requests, outcome["judgement"], outcome["summary"], simulated)
         self.runs.setdefault(seed, []).append(run)
         self.runs[seed].sort(key=lambda r: r.num_requests)
 
@@ -271,7 +288,7 @@ class Probe:
             )
         if FAILS in verdicts:
             return False
-        return True if all(v == HOLDS for v in verdicts) else None
+        return True if all(v == HOLDS for v in verdicts) or self.provisional else None
 
     @property
     def holds(self) -> bool:

@@ -85,21 +85,28 @@ def execute(
     *,
     steps_to: Path | None = None,
     chunk_rows: int = CHUNK_ROWS,
+    node: ServingNode | None = None,
 ) -> ScenarioResult:
     """Run a built simulation to completion and summarise it.
+
+    ``node``: the simulation's node, already started and paused by its caller
+    (``node.env.run(until=t)``); the run continues it, and ends as one run from the start would.
 
     ``steps_to``: a folder to write the step records into as the run goes (``steps.parquet``,
     or ``steps.csv`` without pyarrow), ``chunk_rows`` steps at a time, instead of holding them;
     the file appears under its name only when the run ends, and a failed or interrupted run
     leaves none (:class:`sim.results.StepStreamWriter`). The summary is then read from the file,
     and is the one the run held in memory would give. Raise ValueError if ``steps_to`` is given
-    for a simulation built to keep only the summary's step columns.
+    for a simulation built to keep only the summary's step columns, or with ``node``.
     """
+    if steps_to is not None and node is not None:
+        raise ValueError("steps_to: a continued run's earlier steps were not streamed")
     if steps_to is not None and len(simulation.core.recorder.column_names) != len(STEP_COLUMNS):
         raise ValueError("steps_to: the simulation keeps only some step columns (step_records)")
     started = time.perf_counter()
-    env = simpy.Environment()
-    node = ServingNode(env, simulation.core, simulation.arrivals, progress)
+    if node is None:
+        node = ServingNode(simpy.Environment(), simulation.core, simulation.arrivals, progress)
+    env = node.env
     core = simulation.core
     steps_file = None
     if steps_to is None:

@@ -22,7 +22,7 @@ def _no_saturation_run(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _verdict_by_rate(threshold: float, calls: list[tuple[float, int, int]]) -> Any:
-    def fake(document: dict[str, Any], base_dir: str, source: str, targets: Any) -> Any:
+    def fake(document: dict[str, Any], base_dir: str, source: str, targets: Any, **_: Any) -> Any:
         rate = float(document["workload"]["arrival"]["rate_per_s"])
         calls.append((rate, int(document["seed"]), int(document["workload"]["num_requests"])))
         verdict = "holds" if rate <= threshold else "fails"
@@ -93,7 +93,7 @@ def test_a_longest_run_that_refutes_the_answer_sends_the_search_below_it(
     calls: list[tuple[float, int, int]] = []
     short, long = _verdict_by_rate(21.0, calls), _verdict_by_rate(20.0, calls)
 
-    def by_length(document: dict[str, Any], *args: Any) -> Any:
+    def by_length(document: dict[str, Any], *args: Any, **_: Any) -> Any:
         fake = long if document["workload"]["num_requests"] == 5000 else short
         return fake(document, *args)
 
@@ -109,7 +109,7 @@ def test_an_interrupted_plan_keeps_what_it_found(
     calls: list[tuple[float, int, int]] = []
     inner = _verdict_by_rate(21.0, calls)
 
-    def interrupting(*args: Any) -> Any:
+    def interrupting(*args: Any, **_: Any) -> Any:
         if len(calls) == 5:
             raise KeyboardInterrupt
         return inner(*args)
@@ -129,7 +129,7 @@ def test_undecided_seeds_run_longer_and_a_rate_never_shown_to_hold_is_no_stable_
     calls: list[tuple[float, int, int]] = []
     decided = _verdict_by_rate(0.0, calls)
 
-    def undecided(*args: Any) -> Any:
+    def undecided(*args: Any, **_: Any) -> Any:
         outcome = decided(*args)
         outcome["judgement"]["verdict"] = "undecided"
         outcome["judgement"]["point_verdict"] = "undecided"
@@ -141,3 +141,32 @@ def test_undecided_seeds_run_longer_and_a_rate_never_shown_to_hold_is_no_stable_
     assert sorted({length for _, _, length in calls}) == [500, 2000]
     row = json.loads((tmp_path / "plan.json").read_text())["methods"][0]
     assert row["status"] == "no_stable_rate" and row["max_rate_per_s"] is None
+
+
+def test_a_rate_whose_short_runs_lean_to_hold_is_not_lengthened_until_it_is_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Short runs below 21/s are undecided with point figures that hold; only the longest runs
+    # (5000 requests) decide. Such a rate is taken to hold for now: no seed runs 2000 requests
+    # (the fourfold lengthening) anywhere, and only the answer runs the longest length in every
+    # seed, where it holds; a provisional rate below the answer never runs again.
+    calls: list[tuple[float, int, int]] = []
+    decided = _verdict_by_rate(21.0, calls)
+
+    def leaning(document: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        outcome = decided(document, *args, **kwargs)
+        judgement = outcome["judgement"]
+        if document["workload"]["num_requests"] < 5000 and judgement["verdict"] == "holds":
+            judgement["verdict"] = "undecided"
+        return outcome
+
+    monkeypatch.setattr(capacity, "run_probe", leaning)
+    (row,) = _plan(tmp_path)["methods"]
+    assert row["max_rate_per_s"] <= 21.0 < row["first_rate_above_per_s"]
+    assert {length for _, _, length in calls} == {500, 5000}
+    at_longest = sorted((rate, seed) for rate, seed, n in calls if n == 5000)
+    assert at_longest[:2] == [(row["max_rate_per_s"], 0), (row["max_rate_per_s"], 1)]
+    assert row["decided_by_at_max"] == ["interval", "interval"]
+    probes = pd.read_csv(tmp_path / "probes.csv")
+    below = probes[probes["rate_per_s"] < row["max_rate_per_s"]]
+    assert len(below) and below["provisional"].all() and (below["num_requests"] == 500).all()
