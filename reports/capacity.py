@@ -43,6 +43,8 @@ from reports.probes import (
     GROWTH,
     PROBE_TRIM_FRACTIONS,
     Probe,
+    ProbeOutcome,
+    ProbeRefused,
     probe_document,
     run_saturation,
 )
@@ -146,7 +148,7 @@ def search_capacity(
     one simulation (:mod:`reports.probe_runs`): a longer run continues the shorter one where
     the worker paused it; a method's paused runs are dropped when its search ends. A method
     whose run raises SpecsimError stops with that reason; the others go on."""
-    in_flight: dict[Future[dict[str, Any] | str], tuple[MethodPlan, int, int]] = {}
+    in_flight: dict[Future[ProbeOutcome], tuple[MethodPlan, int, int]] = {}
     keys: dict[str, set[tuple[str, float, int]]] = {plan.method: set() for plan in plans}
 
     def submit(plan: MethodPlan) -> None:
@@ -172,8 +174,8 @@ def search_capacity(
         for future in done:
             plan, seed, length = in_flight.pop(future)
             outcome = future.result()
-            if isinstance(outcome, str):
-                plan.reason = plan.reason or outcome
+            if isinstance(outcome, ProbeRefused):
+                plan.reason = plan.reason or outcome.reason
             elif plan.current is not None:
                 plan.current.record(seed, length, outcome)
             if not any(other is plan for other, _, _ in in_flight.values()):

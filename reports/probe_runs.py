@@ -30,7 +30,13 @@ from typing import Any
 import numpy as np
 import simpy
 
-from reports.probes import KEPT_SUMMARY_KEYS, PROBE_TRIM_FRACTIONS
+from reports.probes import (
+    KEPT_SUMMARY_KEYS,
+    PROBE_TRIM_FRACTIONS,
+    ProbeOutcome,
+    ProbeRan,
+    ProbeRefused,
+)
 from reports.stability import Target, judge_run
 from reports.worker_pool import Slot
 from sim.engine.node import ServingNode
@@ -140,10 +146,10 @@ def run_probe(
     *,
     max_requests: int | None = None,
     slot: Slot | None = None,
-) -> dict[str, Any] | str:
+) -> ProbeOutcome:
     """One seed at one rate, ``document``'s number of requests: its judgement, a few summary
-    figures and the requests simulated for it (``simulated_requests``: fewer than its length
-    when it went on from a paused run), or the message of the SpecsimError that stopped it.
+    figures and the requests simulated for it (fewer than its length when it went on from a
+    paused run), or the message of the SpecsimError that stopped it.
 
     With ``slot``, the seed's simulation is built for ``max_requests`` and paused in the slot
     after a shorter stage, or taken from it and continued; at ``max_requests`` it runs to the
@@ -178,7 +184,7 @@ def run_probe(
             steps = paused.simulation.core.recorder.columns()
             summary = _stage_summary(paused, records)
     except SpecsimError as exc:
-        return str(exc)
+        return ProbeRefused(str(exc))
     if slot is not None:
         slot.value = paused
     return _judged(records, steps, summary, targets, source, stage - done, started)
@@ -192,11 +198,11 @@ def _judged(
     source: str,
     simulated: int,
     started: float,
-) -> dict[str, Any] | str:
+) -> ProbeOutcome:
     try:
         judgement = judge_run(records, steps, targets, PROBE_TRIM_FRACTIONS)
     except ValueError as exc:
-        return f"{source}: {exc}"
+        return ProbeRefused(f"{source}: {exc}")
     kept = {key: summary[key] for key in KEPT_SUMMARY_KEYS if key in summary}
     kept["wall_time_s"] = time.perf_counter() - started
-    return {"judgement": judgement, "summary": kept, "simulated_requests": simulated}
+    return ProbeRan(judgement, kept, simulated)

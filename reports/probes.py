@@ -113,6 +113,29 @@ def run_saturation(
     return float(result.summary.request_throughput_req_s)
 
 
+@dataclass(frozen=True)
+class ProbeRan:
+    """A probe run that finished: the stability judgement, the summary figures the plan keeps
+    (:data:`KEPT_SUMMARY_KEYS` and its wall time) and the requests simulated for it (fewer than
+    its length when it continued a shorter run)."""
+
+    judgement: dict[str, Any]
+    summary: dict[str, Any]
+    simulated_requests: int
+
+
+@dataclass(frozen=True)
+class ProbeRefused:
+    """A probe the simulator refused (the message of the SpecsimError that stopped it, or of a
+    judgement that cannot be made): the plan reports it as the method's reason."""
+
+    reason: str
+
+
+#: What one probe run gives: a tagged result, never a bare string or dict.
+ProbeOutcome = ProbeRan | ProbeRefused
+
+
 @dataclass
 class SeedRun:
     """One run of one seed at the probe's rate."""
@@ -261,10 +284,11 @@ class Probe:
     def _lead_first(self) -> list[int]:
         return sorted(self.seeds, key=lambda s: s != self.lead)
 
-    def record(self, seed: int, num_requests: int, outcome: dict[str, Any]) -> None:
+    def record(self, seed: int, num_requests: int, outcome: ProbeRan) -> None:
         """Add a finished run of ``seed``."""
-        simulated = int(outcome.get("simulated_requests", num_requests))
-        run = SeedRun(seed, num_requests, outcome["judgement"], outcome["summary"], simulated)
+        run = SeedRun(
+            seed, num_requests, outcome.judgement, outcome.summary, outcome.simulated_requests
+        )
         self.runs.setdefault(seed, []).append(run)
         self.runs[seed].sort(key=lambda r: r.num_requests)
 

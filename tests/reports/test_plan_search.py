@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import reports.capacity as capacity
+from reports.probes import ProbeRan
 from sim.errors import ScenarioError
 from sim.scenario import read_document
 
@@ -31,7 +32,8 @@ def _verdict_by_rate(threshold: float, calls: list[tuple[float, int, int]]) -> A
         judgement = {"verdict": verdict, "point_verdict": verdict, "stability": "holds",
                      "offered_rate_req_s": rate,
                      "served_rate_req_s": rate, "checks": [check]}  # fmt: skip
-        return {"judgement": judgement, "summary": {"output_throughput_tok_s": 100.0 * rate}}
+        summary = {"output_throughput_tok_s": 100.0 * rate}
+        return ProbeRan(judgement, summary, int(document["workload"]["num_requests"]))
 
     return fake
 
@@ -131,8 +133,8 @@ def test_undecided_seeds_run_longer_and_a_rate_never_shown_to_hold_is_no_stable_
 
     def undecided(*args: Any, **_: Any) -> Any:
         outcome = decided(*args)
-        outcome["judgement"]["verdict"] = "undecided"
-        outcome["judgement"]["point_verdict"] = "undecided"
+        outcome.judgement["verdict"] = "undecided"
+        outcome.judgement["point_verdict"] = "undecided"
         return outcome
 
     monkeypatch.setattr(capacity, "run_probe", undecided)
@@ -155,7 +157,7 @@ def test_a_rate_whose_short_runs_lean_to_hold_is_not_lengthened_until_it_is_the_
 
     def leaning(document: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         outcome = decided(document, *args, **kwargs)
-        judgement = outcome["judgement"]
+        judgement = outcome.judgement
         if document["workload"]["num_requests"] < 5000 and judgement["verdict"] == "holds":
             judgement["verdict"] = "undecided"
         return outcome

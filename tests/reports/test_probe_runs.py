@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from reports.probe_runs import run_probe
-from reports.probes import PROBE_TRIM_FRACTIONS, probe_document
+from reports.probes import PROBE_TRIM_FRACTIONS, ProbeRan, probe_document
 from reports.slo import parse_slo
 from reports.stability import judge_run
 from reports.worker_pool import Slot
@@ -23,10 +23,10 @@ def _document(num_requests: int) -> dict[str, Any]:
     return probe_document(small_document(), RATE_PER_S, 3, num_requests)
 
 
-def _probe(num_requests: int, slot: Slot | None, longest: int) -> dict[str, Any]:
+def _probe(num_requests: int, slot: Slot | None, longest: int) -> ProbeRan:
     outcome = run_probe(_document(num_requests), str(ROOT), "test", TARGETS,
                         max_requests=longest, slot=slot)  # fmt: skip
-    assert isinstance(outcome, dict)
+    assert isinstance(outcome, ProbeRan)
     return outcome
 
 
@@ -35,13 +35,13 @@ def test_the_longest_stage_is_the_run_a_fresh_start_gives() -> None:
     stages = [_probe(n, slot, 1200) for n in (300, 1200)]
     assert slot.value is None  # the run ended: nothing is kept
     fresh = _probe(1200, None, 1200)
-    assert stages[-1]["judgement"] == fresh["judgement"]
-    assert {k: v for k, v in stages[-1]["summary"].items() if k != "wall_time_s"} == {
-        k: v for k, v in fresh["summary"].items() if k != "wall_time_s"
+    assert stages[-1].judgement == fresh.judgement
+    assert {k: v for k, v in stages[-1].summary.items() if k != "wall_time_s"} == {
+        k: v for k, v in fresh.summary.items() if k != "wall_time_s"
     }
     # The second stage simulated only the requests after the first.
-    assert [s["simulated_requests"] for s in stages] == [300, 900]
-    assert fresh["simulated_requests"] == 1200
+    assert [s.simulated_requests for s in stages] == [300, 900]
+    assert fresh.simulated_requests == 1200
 
 
 def test_a_stage_reads_what_the_whole_run_says_of_its_first_requests() -> None:
@@ -51,6 +51,6 @@ def test_a_stage_reads_what_the_whole_run_says_of_its_first_requests() -> None:
     stage = _probe(400, Slot(), 1200)
     whole = run_scenario(validate_document(_document(1200), "test"), ROOT)
     first = {name: column[:400] for name, column in whole.requests.items()}
-    assert stage["judgement"] == judge_run(first, whole.steps, TARGETS, PROBE_TRIM_FRACTIONS)
+    assert stage.judgement == judge_run(first, whole.steps, TARGETS, PROBE_TRIM_FRACTIONS)
     # Its window ends where a 400-request run's would: at the arrival of its 361st request.
-    assert stage["judgement"]["window_s"][1] == first["arrival_at_s"][400 - round(0.1 * 400)]
+    assert stage.judgement["window_s"][1] == first["arrival_at_s"][400 - round(0.1 * 400)]
