@@ -18,7 +18,8 @@ scheduler one step at a time (which the stretch planner reproduces too), bit for
 Python path stays the reference (``EngineCore.compiled_loop`` off) and
 ``tests/engine/test_compiled_loop.py`` compares the two over random scenarios. It hands control
 back to Python, before changing anything, where it does not follow the scheduler: a step that
-would preempt (or that schedules nothing), and a step whose cost needs a table entry not priced
+schedules nothing (after a preemption the scheduler schedules again at once) or whose request
+could never fit (the scheduler's error), and a step whose cost needs a table entry not priced
 yet (priced by the Python model, then the loop goes on). It also returns after a bounded number
 of steps, so that SimPy sees one event per stretch of steps and the records go to the recorder a
 chunk at a time.
@@ -188,6 +189,7 @@ def _loop(stamp: int) -> Callable[..., int]:
         engine_arrival_at: FloatArray,
         num_drafted: IntArray,
         num_accepted: IntArray,
+        num_preemptions: IntArray,
         held: IntArray,
         logical: IntArray,
         offsets: IntArray,
@@ -267,6 +269,8 @@ def _loop(stamp: int) -> Callable[..., int]:
         acc = np.empty(rows, dtype=np.int64)
         comp = np.empty(rows, dtype=np.int64)
         need = np.empty(rows, dtype=np.int64)
+        position = np.empty(rows, dtype=np.int64)
+        victims = np.empty(rows, dtype=np.int64)
         emit = np.empty(rows, dtype=np.int64)
         new_comp = np.empty(rows, dtype=np.int64)
         kept = np.empty(rows, dtype=np.int64)
@@ -350,21 +354,63 @@ def _loop(stamp: int) -> Callable[..., int]:
                     more = -(-(computed + t) // block_size) - held[r]
                     need[n] = more if more > 0 else 0
                     need_sum += need[n]
+                    position[n] = i
                     n += 1
+            free = num_free - need_sum
+            num_preempted = 0
+            stop = False
             if need_sum > num_free:
-                status = PYTHON  # a preemption: the scheduler's loop decides it
-                break
+                # Short of blocks: grant in order; when one does not fit, preempt from the
+                # tail of running until it does, or until it gave way itself
+                # (Scheduler._allocate_with_preemption). Victims come after the request they
+                # make room for, so none was granted blocks in this step.
+                free = num_free
+                tail = num_running
+                kept_rows = 0
+                for k in range(n):
+                    if position[k] >= tail:
+                        break  # preempted, as every row after it
+                    granted = True
+                    while need[k] > free:
+                        if -(-(comp[k] + take[k]) // block_size) > num_blocks:
+                            stop = True  # it could never run: the scheduler says so
+                            break
+                        tail -= 1
+                        victim = running[tail]
+                        victims[num_preempted] = victim
+                        num_preempted += 1
+                        free += held[victim]
+                        if tail == position[k]:
+                            granted = False
+                            break
+                    if stop:
+                        break
+                    if granted:
+                        free -= need[k]
+                        ids[kept_rows] = ids[k]
+                        take[kept_rows] = take[k]
+                        is_dec[kept_rows] = is_dec[k]
+                        prop[kept_rows] = prop[k]
+                        acc[kept_rows] = acc[k]
+                        comp[kept_rows] = comp[k]
+                        need[kept_rows] = need[k]
+                        kept_rows += 1
+                n = kept_rows
+                # The preempted wait at the front of the queue; a step that kept nothing is
+                # scheduled again at once by the Python path.
+                if stop or n == 0 or qhead - num_preempted < 0:
+                    status = PYTHON
+                    break
             num_scheduled = n
             budget = max_budget
             for k in range(n):
                 budget -= take[k]
-            # --- admissions in FCFS order (Scheduler._admit; no prefix cache)
-            free = num_free - need_sum
+            # --- admissions in FCFS order (Scheduler._admit; no prefix cache), none after a
+            # preemption
             num_admitted = 0
             admitting = num_running
-            stop = False
             q = qhead
-            while q < qtail and budget > 0 and admitting < max_seqs:
+            while num_preempted == 0 and q < qtail and budget > 0 and admitting < max_seqs:
                 r = queue[q]
                 known = prompt[r] + num_emitted[r]
                 computed = num_computed[r]
@@ -486,6 +532,17 @@ def _loop(stamp: int) -> Callable[..., int]:
             # --- commit: blocks, admissions, progress (Scheduler.schedule, EngineCore.apply_block)
             duration = out[6, 0]
             end = now + duration
+            for v in range(num_preempted):
+                # Preempted for recompute (Scheduler._preempt_tail): every block back, to the
+                # front of the queue.
+                r = victims[v]
+                held[r] = 0
+                logical[r] = 0
+                num_computed[r] = 0
+                num_preemptions[r] += 1
+                state[r] = _WAITING
+                qhead -= 1
+                queue[qhead] = r
             for k in range(n):
                 held[ids[k]] += need[k]
             num_free = free
@@ -676,9 +733,11 @@ class CompiledLoop:
             self._plan = (np.zeros(len(plan.offsets), dtype=np.int64), empty, empty)
         self._running = np.zeros(cfg.max_num_seqs + 1, dtype=np.int64)
         n = len(core.requests)
-        # The waiting queue at a call, then every arrival released during it (each request is
-        # released once; a preemption, which puts one back, is the Python path's).
-        self._queue = np.zeros(2 * n + 1, dtype=np.int64)
+        # The waiting queue at a call from _front on, then every arrival released during it
+        # (each request is released once); the requests preempted go before it (at most
+        # max_num_seqs wait there at once: no request is admitted while one of them waits).
+        self._front = cfg.max_num_seqs + 2
+        self._queue = np.zeros(self._front + 2 * n + 1, dtype=np.int64)
         self._closed = arrivals.is_closed_loop
         self._heap_t = np.zeros(n + 1 if self._closed else 1, dtype=np.float64)
         self._heap_r = np.zeros(n + 1 if self._closed else 1, dtype=np.int64)
@@ -689,8 +748,10 @@ class CompiledLoop:
         self._server = np.array([arrivals.frontend.enabled, 0.0, 0.0])
         self._rec_f = np.zeros((len(FLOAT_COLUMNS), STEPS_PER_CALL), dtype=np.float64)
         self._rec_i = np.zeros((len(INT_COLUMNS), STEPS_PER_CALL), dtype=np.int64)
-        self._itl_values = np.zeros(STEPS_PER_CALL, dtype=np.float64)
-        self._itl_at = np.zeros(STEPS_PER_CALL, dtype=np.float64)
+        # Room for a step's gaps when the loop starts a step (so a call always runs one).
+        num_itl = STEPS_PER_CALL + cfg.max_num_seqs + 1
+        self._itl_values = np.zeros(num_itl, dtype=np.float64)
+        self._itl_at = np.zeros(num_itl, dtype=np.float64)
         self._missing = np.zeros((3, 2 + len(lowered._levels)), dtype=np.float64)
 
     def run(self) -> int:
@@ -722,6 +783,7 @@ class CompiledLoop:
                 r.engine_arrival_at_s,
                 r.num_drafted,
                 r.num_accepted,
+                r.num_preemptions,
                 kv.held,
                 kv.logical_tokens,
                 *self._plan,
@@ -771,12 +833,16 @@ class CompiledLoop:
         core, arrivals = self.core, self.arrivals
         s = core.scheduler
         num_waiting = len(s.waiting)
-        self._queue[:num_waiting] = np.fromiter(s.waiting, dtype=np.int64, count=num_waiting)
+        front = self._front
+        self._queue[front : front + num_waiting] = np.fromiter(
+            s.waiting, dtype=np.int64, count=num_waiting
+        )
         num_running = len(s.running)
         self._running[:num_running] = s.running
         ints = np.zeros(12, dtype=np.int64)
         ints[_FREE], ints[_STEPS], ints[_NEXT] = core.kv.num_free, core.num_steps, arrivals._next
-        ints[_QTAIL], ints[_RUNNING_N] = num_waiting, num_running
+        ints[_QHEAD], ints[_QTAIL] = front, front + num_waiting
+        ints[_RUNNING_N] = num_running
         if self._closed:
             heap = arrivals._heap
             ints[_HEAP_N] = len(heap)

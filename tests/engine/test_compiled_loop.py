@@ -41,7 +41,8 @@ def _compiled_core(setup: EngineSetup) -> EngineCore:
 
 def _both(setup: EngineSetup) -> tuple[int, int]:
     """Run ``setup`` with the compiled loop and on the Python path; return the steps the loop
-    ran and all the steps, after checking that every record is the same."""
+    ran and all the steps, after checking that every record is the same (and saying whether
+    requests were preempted)."""
     compiled_core = _compiled_core(setup)
     compiled_core, _ = drive_node(setup, core=compiled_core)
     python_core = build_core(setup)
@@ -49,6 +50,7 @@ def _both(setup: EngineSetup) -> tuple[int, int]:
     check_finished(compiled_core)
     assert python_core.num_compiled_steps == 0
     _assert_identical(record_of(compiled_core), record_of(python_core))
+    event(f"preempted: {bool(compiled_core.requests.num_preemptions.any())}")
     return compiled_core.num_compiled_steps, compiled_core.num_steps
 
 
@@ -62,7 +64,7 @@ EQUIVALENCE = settings(
 def test_identical_records_without_speculation(setup: EngineSetup) -> None:
     num_compiled, num_steps = _both(setup)
     assert num_compiled > 0  # every setup here is one the loop covers
-    event(f"steps on the Python path (preemptions): {num_compiled < num_steps}")
+    event(f"steps on the Python path: {num_compiled < num_steps}")
 
 
 @EQUIVALENCE
@@ -70,7 +72,7 @@ def test_identical_records_without_speculation(setup: EngineSetup) -> None:
 def test_identical_records_with_random_acceptance_plans(setup: EngineSetup) -> None:
     num_compiled, num_steps = _both(setup)
     assert num_compiled > 0
-    event(f"steps on the Python path (preemptions): {num_compiled < num_steps}")
+    event(f"steps on the Python path: {num_compiled < num_steps}")
 
 
 def test_sessions_and_scratch_rollback_stay_on_the_python_path() -> None:
@@ -150,11 +152,15 @@ def test_a_changed_evaluator_source_changes_the_loop_stamp() -> None:
 
 @EQUIVALENCE
 @given(setup=engine_setups(speculative=True, policies=("in_place",)))
-def test_engine_properties_hold_between_compiled_events(setup: EngineSetup) -> None:
-    # The monitor's checks (blocks held match committed tokens, nothing emitted is lost, FCFS
-    # admissions, a preempted request recomputes what it knew) between events of many steps.
-    core = _compiled_core(setup)
-    monitor = Monitor(core, setup.max_accepted)
-    core, _ = drive_node(setup, observer=monitor, core=core)
+def test_engine_properties_hold_between_compiled_steps(setup: EngineSetup) -> None:
+    # The monitor's checks after every step (blocks held match committed tokens, nothing
+    # emitted is lost, FCFS admissions, a preempted request recomputes what it knew), the loop
+    # made to return after each step (its checks are per step: within an event of many steps a
+    # request can be preempted, readmitted and finish).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compiled_loop, "STEPS_PER_CALL", 1)
+        core = _compiled_core(setup)
+        monitor = Monitor(core, setup.max_accepted)
+        core, _ = drive_node(setup, observer=monitor, core=core)
     check_finished(core)
     assert core.num_compiled_steps > 0
