@@ -52,11 +52,15 @@ FloatArray = NDArray[np.float64]
 #: next step needs the Python path; the next step's cost needs table entries priced first.
 DONE, FULL, PYTHON, MISSING = 0, 1, 2, 3
 
-#: Open-loop arrivals a run needs before it loads the loop, unless the loop is loaded already in
-#: the process: loading numba and the loop's machine code from its disk cache costs about 0.35 s
-#: of CPU, which the loop repays after some 3,000 requests at the reference load (about 110 us
-#: a request less than the Python path).
-MIN_REQUESTS = 3_000
+#: Requests a run needs before it loads the loop, unless the loop is loaded already in the
+#: process: loading numba and the loop's machine code and building the cost evaluator's tables
+#: cost some 0.45 s of CPU, which the loop repays at about 125 us a request at the reference load
+#: without speculation (measured at 3,000 requests: 0.59 to 0.61 s against 0.45 to 0.50 s on
+#: the Python path, so still slower) and about 240 us with EAGLE-3 (3,000 requests: 0.71 to
+#: 0.80 s against 0.94 to 0.96 s).
+MIN_REQUESTS = 4_000
+#: The same for a run that drafts.
+MIN_REQUESTS_SPECULATIVE = 2_000
 
 #: Steps one call runs at most (one SimPy event): their records are handed over together.
 STEPS_PER_CALL = 1 << 16

@@ -99,17 +99,21 @@ class EngineCore(StepCosting, BlockApplication):
         self.lower_cost_after = LOWER_COST_AFTER_BLOCKS
         self._num_costed = 0
         self._lowered: cost_kernel.LoweredCost | None = None
-        #: Run a lone node's open-loop steps in the compiled loop (:mod:`sim.engine.compiled_loop`)
-        #: where it applies; the records are the same either way, bit for bit.
+        #: Run a lone node's steps in the compiled loop (:mod:`sim.engine.compiled_loop`) where it
+        #: applies; the records are the same either way, bit for bit.
         self.compiled_loop = compiled_loop
-        #: Open-loop arrivals a run needs before it loads the compiled loop (see
-        #: :data:`sim.engine.compiled_loop.MIN_REQUESTS`).
-        self.compiled_loop_min_requests = compiled_loop_module.MIN_REQUESTS
-        #: Steps the compiled loop ran.
-        self.num_compiled_steps = 0
         self.clock_s = 0.0
         self.num_steps = 0
         self.speculative = len(plan.proposed) > 0 or drafter.name != "none"
+        #: Requests a run needs before it loads the compiled loop (see
+        #: :data:`sim.engine.compiled_loop.MIN_REQUESTS`).
+        self.compiled_loop_min_requests = (
+            compiled_loop_module.MIN_REQUESTS_SPECULATIVE
+            if self.speculative
+            else compiled_loop_module.MIN_REQUESTS
+        )
+        #: Steps the compiled loop ran.
+        self.num_compiled_steps = 0
         #: Closed-loop clients send a request when one finishes: a stretch must stop there.
         self.arrivals_follow_finishes = False
         #: The scheduler's running array as a stretch left it: every sequence in it decodes and
