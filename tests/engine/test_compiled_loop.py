@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-from sim.engine import compiled_loop
+from sim.engine import compiled_loop, loop_kernel
 from sim.engine.core import EngineCore
 from sim.run import REQUEST_COLUMNS, build_simulation, execute
 from sim.scenario import load_scenario
@@ -143,10 +143,10 @@ def test_reference_workload_identical(overrides: list[str]) -> None:
 
 def test_a_changed_evaluator_source_changes_the_loop_stamp() -> None:
     # The loop's disk cache holds the evaluator's machine code: its key must follow the source.
-    stamp = compiled_loop._source_stamp()
+    stamp = loop_kernel._source_stamp()
     assert stamp >= 0
-    assert compiled_loop._loop(stamp).__closure__ is not None
-    cells = [cell.cell_contents for cell in compiled_loop._loop(stamp).__closure__ or ()]
+    assert loop_kernel._loop(stamp).__closure__ is not None
+    cells = [cell.cell_contents for cell in loop_kernel._loop(stamp).__closure__ or ()]
     assert stamp in cells
 
 
