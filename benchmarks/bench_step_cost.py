@@ -7,7 +7,10 @@ process; the figure is the simulation loop's CPU time (the SimPy run and the sum
 start-up or building) over the number of engine steps it simulated; its wall time is shown too.
 
 Target: every case within 2x of the reference case's cost per step (0.8 requests/s, same
-method). Run: ``python -m benchmarks.bench_step_cost [--requests 2000]``.
+method). Run: ``python -m benchmarks.bench_step_cost [--requests 2000] [--path python]``. By
+default a run uses the compiled loop (``sim/engine/compiled_loop.py``) wherever it applies, its
+machine code loaded before the timing starts (start-up, as imports are); ``compiled`` is the
+share of the steps it ran. ``--path python`` runs every event on the Python path.
 """
 
 from __future__ import annotations
@@ -23,13 +26,22 @@ import json, sys, time
 from pathlib import Path
 from sim.run import build_simulation, execute
 from sim.scenario import load_scenario
-scenario, base_dir = load_scenario(Path(sys.argv[1]), sys.argv[2:])
+path = sys.argv[1]
+scenario, base_dir = load_scenario(Path(sys.argv[2]), sys.argv[3:])
+if path == "compiled":
+    # Start-up: load the compiled loop's machine code (a short run of the same scenario).
+    warm = build_simulation(*load_scenario(Path(sys.argv[2]), [*sys.argv[3:],
+                                           "workload.num_requests=200"]))
+    warm.core.compiled_loop_min_requests = 0
+    execute(warm)
 simulation = build_simulation(scenario, base_dir)
+simulation.core.compiled_loop = path == "compiled"
+simulation.core.compiled_loop_min_requests = 0
 started = time.process_time()
 summary = execute(simulation).summary.to_dict()
 cpu_s = time.process_time() - started
 print(json.dumps({"num_steps": summary["num_steps"], "wall_time_s": summary["wall_time_s"],
-                  "cpu_s": cpu_s}))
+                  "cpu_s": cpu_s, "compiled_steps": simulation.core.num_compiled_steps}))
 """
 
 LOADS: list[tuple[str, list[str]]] = [
@@ -46,16 +58,24 @@ LOADS: list[tuple[str, list[str]]] = [
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument(
+        "--path",
+        choices=("compiled", "python"),
+        default="compiled",
+        help="the compiled loop wherever it applies (its machine code loaded before timing), "
+        "or every event on the Python path",
+    )
     args = parser.parse_args()
     print(
         f"{'method':<8}{'load':<26}{'steps':>9}{'sim s':>8}{'cpu s':>8}{'us/step':>9}{'x ref':>7}"
+        f"{'compiled':>10}"
     )
     for method, extra in (("none", []), ("eagle3", EAGLE3)):
         reference_us = None
         rows = []
         for label, load in LOADS:
             figures = run_case(
-                [f"workload.num_requests={args.requests}", *load, *extra], CHILD, cost=None
+                [f"workload.num_requests={args.requests}", *load, *extra], CHILD, cost=args.path
             )
             per_step_us = figures["cpu_s"] / figures["num_steps"] * 1e6
             if "reference" in label:
@@ -66,7 +86,7 @@ def main() -> None:
             print(
                 f"{method:<8}{label:<26}{figures['num_steps']:>9,.0f}"
                 f"{figures['wall_time_s']:>8.2f}{figures['cpu_s']:>8.2f}{per_step_us:>9.1f}"
-                f"{ratio:>7.2f}"
+                f"{ratio:>7.2f}{figures['compiled_steps'] / figures['num_steps']:>10.0%}"
             )
     print("\ntarget: every load within 2.00x of the reference load's cost per step")
 

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sim.cost_model import StepCostModel
+from sim.engine import compiled_loop as compiled_loop_module
 from sim.engine import cost_kernel
 from sim.engine.block import StepBlock, general_block
 from sim.engine.block_apply import BlockApplication
@@ -71,6 +72,7 @@ class EngineCore(StepCosting, BlockApplication):
         check_invariants: bool = False,
         compiled: bool = False,
         compiled_cost: bool = True,
+        compiled_loop: bool = True,
     ) -> None:
         self.scheduler = scheduler
         self.requests: RequestTable = scheduler.requests
@@ -97,9 +99,21 @@ class EngineCore(StepCosting, BlockApplication):
         self.lower_cost_after = LOWER_COST_AFTER_BLOCKS
         self._num_costed = 0
         self._lowered: cost_kernel.LoweredCost | None = None
+        #: Run a lone node's steps in the compiled loop (:mod:`sim.engine.compiled_loop`) where it
+        #: applies; the records are the same either way, bit for bit.
+        self.compiled_loop = compiled_loop
         self.clock_s = 0.0
         self.num_steps = 0
         self.speculative = len(plan.proposed) > 0 or drafter.name != "none"
+        #: Requests a run needs before it loads the compiled loop (see
+        #: :data:`sim.engine.compiled_loop.MIN_REQUESTS`).
+        self.compiled_loop_min_requests = (
+            compiled_loop_module.MIN_REQUESTS_SPECULATIVE
+            if self.speculative
+            else compiled_loop_module.MIN_REQUESTS
+        )
+        #: Steps the compiled loop ran.
+        self.num_compiled_steps = 0
         #: Closed-loop clients send a request when one finishes: a stretch must stop there.
         self.arrivals_follow_finishes = False
         #: The scheduler's running array as a stretch left it: every sequence in it decodes and
@@ -177,6 +191,18 @@ class EngineCore(StepCosting, BlockApplication):
             return False
         self._num_planned += 1
         return self._num_planned > self.compile_after
+
+    def lowered_now(self) -> cost_kernel.LoweredCost | None:
+        """The compiled cost evaluator, built now if it is not yet (None when costing stays in
+        Python: off, without numba, or a scenario that is not lowered)."""
+        if self._lowered is None and self.compiled_cost:
+            saved = self.lower_cost_after
+            self.lower_cost_after = -1
+            try:
+                self._lowered_cost()
+            finally:
+                self.lower_cost_after = saved
+        return self._lowered
 
     def advance(
         self, next_arrival_at_s: float, waiting_at: Callable[[FloatArray], IntArray]

@@ -18,6 +18,7 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
+from sim.engine import compiled_loop
 from sim.engine.core import EngineCore
 from sim.engine.frontend import FrontEnd, FrontEndServer, lindley_departures
 
@@ -196,6 +197,12 @@ class ServingNode:
         core.arrivals_follow_finishes = arrivals.is_closed_loop
         self.process = env.process(self._run())
 
+    def _on_finished(self, count: int) -> None:
+        """``count`` requests finished in the compiled loop (open loop: no client answers)."""
+        self.num_finished += count
+        if self.progress is not None:
+            self.progress(count)
+
     def _on_finish(self, ids: IntArray, at_s: float) -> None:
         self.num_finished += len(ids)
         self.arrivals.on_finish(ids, at_s)
@@ -216,7 +223,18 @@ class ServingNode:
 
     def _run(self) -> Generator[simpy.Event, Any, None]:
         core, scheduler = self.core, self.core.scheduler
+        loop = compiled_loop.for_node(core, self.arrivals, self._on_finished)
         while True:
+            if loop is not None:
+                # Steps in compiled code, one SimPy event per call; a step it does not cover
+                # (a preemption) is one event of the Python path below.
+                before = core.num_steps
+                status = loop.run()
+                if status == compiled_loop.DONE:
+                    return
+                if status == compiled_loop.FULL or core.num_steps > before:
+                    yield self.env.timeout(max(0.0, core.clock_s - self.env.now))
+                    continue
             self._release()
             if len(scheduler.running) == 0 and not scheduler.waiting:
                 next_at = self.arrivals.next_at_s()

@@ -178,6 +178,12 @@ class StepRecorder:
             self._irregular_itl.append(np.asarray(values, dtype=np.float64))
             self._irregular_itl_at.append(np.full(len(values), at_s))
 
+    def add_irregular_itl_at(self, values: NDArray[np.float64], at_s: NDArray[np.float64]) -> None:
+        """Record inter-token gaps that span more than one step, each ending at its ``at_s``."""
+        if len(values):
+            self._irregular_itl.append(np.asarray(values, dtype=np.float64))
+            self._irregular_itl_at.append(np.asarray(at_s, dtype=np.float64))
+
     def columns(self) -> dict[str, NDArray[np.generic]]:
         """The recorded columns, trimmed to the number of steps (views, not copies).
 

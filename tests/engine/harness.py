@@ -100,6 +100,8 @@ def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
         mixed_batches=setup.mixed_batches,
         max_prefills_per_step=setup.max_prefills_per_step,
     )
+    # The Python path (the reference); tests/engine/test_compiled_loop.py turns the compiled
+    # loop on and compares.
     return EngineCore(
         Scheduler(config, requests, kv, plan),
         cost_model(),
@@ -108,6 +110,7 @@ def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
         StepRecorder(initial_capacity=64),
         fast_forward,
         check_invariants=True,
+        compiled_loop=False,
     )
 
 
