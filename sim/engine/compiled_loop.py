@@ -197,6 +197,8 @@ class CompiledLoop:
                 self._cfg,
                 (
                     lowered._levels,
+                    lowered._levels_by_k,
+                    lowered._fixed_by_k,
                     lowered._nets,
                     lowered._sizes,
                     lowered._flags,

@@ -64,5 +64,5 @@ def test_offline_points_run_without_the_serving_front_end() -> None:
     assert offline.engine.frontend is not None and offline.engine.frontend.enabled is False
     on = run_scenario(online, Path.cwd()).summary
     off = run_scenario(offline, Path.cwd()).summary
-    assert on["tpot_ms"]["mean"] == pytest.approx(off["tpot_ms"]["mean"], rel=1e-9)
-    assert off["ttft_ms"]["mean"] < on["ttft_ms"]["mean"]
+    assert on.tpot_ms.mean == pytest.approx(off.tpot_ms.mean, rel=1e-9)
+    assert off.ttft_ms.mean < on.ttft_ms.mean

@@ -112,7 +112,7 @@ def _scenario_records(overrides: list[str], loop: bool) -> tuple[dict[str, Any],
     records.update({f"request.{k}": getattr(core.requests, k).copy() for k in REQUEST_COLUMNS})
     itl, itl_at = core.recorder.irregular_itl()
     records["itl.values"], records["itl.at"] = itl, itl_at
-    summary = {k: v for k, v in result.summary.items() if k != "wall_time_s"}
+    summary = {k: v for k, v in result.summary.to_dict().items() if k != "wall_time_s"}
     return records, summary, core.num_compiled_steps
 
 
