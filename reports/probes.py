@@ -117,11 +117,11 @@ def run_saturation(
 class ProbeRan:
     """A probe run that finished: the stability judgement, the summary figures the plan keeps
     (:data:`KEPT_SUMMARY_KEYS` and its wall time) and the requests simulated for it (fewer than
-    its length when it continued a shorter run)."""
+    its length when it continued a shorter run; None: all of them)."""
 
     judgement: dict[str, Any]
     summary: dict[str, Any]
-    simulated_requests: int
+    simulated_requests: int | None = None
 
 
 @dataclass(frozen=True)
@@ -286,9 +286,10 @@ class Probe:
 
     def record(self, seed: int, num_requests: int, outcome: ProbeRan) -> None:
         """Add a finished run of ``seed``."""
-        run = SeedRun(
-            seed, num_requests, outcome.judgement, outcome.summary, outcome.simulated_requests
+        simulated = (
+            num_requests if outcome.simulated_requests is None else outcome.simulated_requests
         )
+        run = SeedRun(seed, num_requests, outcome.judgement, outcome.summary, simulated)
         self.runs.setdefault(seed, []).append(run)
         self.runs[seed].sort(key=lambda r: r.num_requests)
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from reports.goodput import GoodputTarget, parse_goodput
 from reports.plan_check import check_plan
 from reports.plan_rows import MethodPlan, per_seed_rates, pick_winner, plan_row
-from reports.probes import CONFIRM_FAILS, CONFIRM_HOLDS, Probe
+from reports.probes import CONFIRM_FAILS, CONFIRM_HOLDS, Probe, ProbeRan
 from reports.rate_search import MAX_DOUBLINGS, MAX_HALVINGS, RateSearch
 from reports.slo import SloTerm, parse_slo, slo_from_mapping
 from sim.errors import ScenarioError
@@ -141,14 +141,14 @@ def test_the_search_gives_up_at_its_limits() -> None:
     assert unbounded.status == "unbounded" and unbounded.holds_at == 2.0**MAX_DOUBLINGS
 
 
-def _outcome(verdict: str, served: float = 10.0, point: str | None = None) -> dict[str, Any]:
+def _outcome(verdict: str, served: float = 10.0, point: str | None = None) -> ProbeRan:
     check = {"name": "ttft_p99_ms", "value": 100.0, "low": 90.0, "high": 120.0,
              "limit": "<= 2000", "verdict": verdict}  # fmt: skip
     point = point or (verdict if verdict != "undecided" else "fails")
     judgement = {"verdict": verdict, "stability": "holds", "offered_rate_req_s": 10.0,
                  "served_rate_req_s": served, "checks": [check],
                  "point_verdict": point}  # fmt: skip
-    return {"judgement": judgement, "summary": {"output_throughput_tok_s": 1000.0}}
+    return ProbeRan(judgement, {"output_throughput_tok_s": 1000.0})
 
 
 def test_an_undecided_seed_runs_longer_up_to_the_cap_and_stays_undecided_there() -> None:
