@@ -26,8 +26,8 @@ import yaml
 from matplotlib.figure import Figure
 
 from reports.progress import ItemProgress
-from sim.acceptance.shipped_data import PROFILE_METHOD
 from sim.errors import InvariantError, ScenarioError, SpecsimError
+from sim.method_table import PROFILE_METHOD
 from sim.output import atomic_write, write_table
 from sim.results import save_result
 from sim.run import ScenarioResult, run_scenario

@@ -112,6 +112,9 @@ class MethodFacts:
     lookup), or None.
     ``fitted_draft_overhead``: its fixed drafting overheads are fitted to measured TPOTs
     (``calibration.draft_overhead``: vLLM issue #20780, EAGLE-1 and EAGLE-3 chains at batch 1).
+    ``profile_method``: the method whose shipped acceptance profiles describe its drafts (itself,
+    but EAGLE-2 drafts with EAGLE-1's heads and only changes the tree: Li et al. 2024,
+    arXiv:2406.16858, so it reads EAGLE-1's chain rates).
     """
 
     builder: str
@@ -121,6 +124,7 @@ class MethodFacts:
     proposes_on_match: bool
     trace_field: str | None
     fitted_draft_overhead: bool
+    profile_method: str
 
 
 #: The method table: one row per method of :data:`MethodName`, in its order.
@@ -133,6 +137,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=False,
         trace_field=None,
         fitted_draft_overhead=False,
+        profile_method="none",
     ),
     "draft_model": MethodFacts(
         builder="sim.drafting.draft_model:build_draft_model",
@@ -142,6 +147,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=False,
         trace_field=None,
         fitted_draft_overhead=False,
+        profile_method="draft_model",
     ),
     "ngram": MethodFacts(
         builder="sim.drafting.ngram:build_ngram",
@@ -151,6 +157,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=True,
         trace_field="acc_ngram",
         fitted_draft_overhead=False,
+        profile_method="ngram",
     ),
     "medusa": MethodFacts(
         builder="sim.drafting.medusa:build_medusa",
@@ -160,6 +167,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=False,
         trace_field=None,
         fitted_draft_overhead=False,
+        profile_method="medusa",
     ),
     "eagle": MethodFacts(
         builder="sim.drafting.eagle:build_eagle",
@@ -169,6 +177,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=False,
         trace_field=None,
         fitted_draft_overhead=True,
+        profile_method="eagle",
     ),
     "eagle2": MethodFacts(
         builder="sim.drafting.eagle:build_eagle",
@@ -178,6 +187,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=False,
         trace_field=None,
         fitted_draft_overhead=False,
+        profile_method="eagle",
     ),
     "eagle3": MethodFacts(
         builder="sim.drafting.eagle3:build_eagle3",
@@ -187,6 +197,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=False,
         trace_field="acc_eagle",
         fitted_draft_overhead=True,
+        profile_method="eagle3",
     ),
     "mtp": MethodFacts(
         builder="sim.drafting.mtp:build_mtp",
@@ -196,6 +207,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=False,
         trace_field=None,
         fitted_draft_overhead=False,
+        profile_method="mtp",
     ),
     "lookahead": MethodFacts(
         builder="sim.drafting.lookahead:build_lookahead",
@@ -205,6 +217,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=False,
         trace_field=None,
         fitted_draft_overhead=False,
+        profile_method="lookahead",
     ),
     "suffix": MethodFacts(
         builder="sim.drafting.suffix:build_suffix",
@@ -214,6 +227,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=True,
         trace_field=None,
         fitted_draft_overhead=False,
+        profile_method="suffix",
     ),
     "p_eagle": MethodFacts(
         builder="sim.drafting.parallel:build_parallel_eagle",
@@ -223,6 +237,7 @@ METHOD_TABLE: dict[str, MethodFacts] = {
         proposes_on_match=False,
         trace_field=None,
         fitted_draft_overhead=False,
+        profile_method="p_eagle",
     ),
 }
 
@@ -265,3 +280,10 @@ def default_trace_field(method: str) -> str:
 #: Methods whose drafting overheads ``calibration.draft_overhead`` fits, in the order it reads
 #: their measured rows.
 FITTED_OVERHEAD_METHODS: tuple[str, ...] = _methods_where("fitted_draft_overhead")
+
+#: Methods that read another method's acceptance profiles, and whose (EAGLE-2: EAGLE-1's).
+PROFILE_METHOD: dict[str, str] = {
+    method: facts.profile_method
+    for method, facts in METHOD_TABLE.items()
+    if facts.profile_method != method
+}

@@ -19,6 +19,7 @@ from sim.acceptance.models import PositionalAcceptanceModel
 from sim.acceptance.plan import offsets_from_counts
 from sim.acceptance.traces import TRACE_FIELDS, TraceSet
 from sim.errors import CalibrationError, ScenarioError
+from sim.method_table import PROFILE_METHOD
 
 PACKAGE_DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 PROFILES_FILE = "acceptance_profiles.yaml"
@@ -29,9 +30,6 @@ SHIPPED_TRACES = (
     "llama-3.1-8b/gsm8k",
     "llama-3.1-8b/instructcoder",
 )
-# The method whose draft heads a profile describes: EAGLE-2 drafts with EAGLE-1's heads and only
-# changes the tree (Li et al. 2024, arXiv:2406.16858), so it reads EAGLE-1's chain rates.
-PROFILE_METHOD = {"eagle2": "eagle"}
 DATASET_ALIASES = {
     "cnn/dm": "cnn", "cnn-dm": "cnn", "cnn_dm": "cnn", "cnn-dailymail": "cnn",
     "cnn_dailymail": "cnn",

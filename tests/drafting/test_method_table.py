@@ -157,3 +157,18 @@ def test_every_shipped_scenario_loads_with_the_same_speculation_keys(path: Path)
     ]
     given = document.get("speculation") or {}
     assert dumped["method"] == given.get("method", "none")
+
+
+def test_a_method_reading_another_methods_profiles_reads_shipped_ones() -> None:
+    """EAGLE-2 drafts with EAGLE-1's heads (Li et al. 2024): it reads EAGLE-1's shipped profiles,
+    and every other method its own; a profile key names the method the table says."""
+    from sim.acceptance.shipped_data import load_profile_document, profile_key
+    from sim.method_table import METHOD_TABLE, PROFILE_METHOD
+
+    assert PROFILE_METHOD == {"eagle2": "eagle"}
+    shipped = {key.split("/")[0] for key in load_profile_document()["profiles"]}
+    for method, facts in METHOD_TABLE.items():
+        assert facts.profile_method in METHOD_TABLE
+        assert profile_key(method, "m", None).split("/")[0] == facts.profile_method
+        if facts.profile_method != method:
+            assert facts.profile_method in shipped
