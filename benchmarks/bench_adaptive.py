@@ -65,10 +65,10 @@ def _arm_name(policy: dict[str, Any] | None) -> str:
     return policy["name"] + (" slots" if slots else "")
 
 
-def speed(counts: list[int], rate: float, repeat: int) -> None:
+def speed(counts: list[int], rate: float, repeat: int, preset: str = "sglang") -> None:
     base = yaml.safe_load((REPO / SPEED_SCENARIO).read_text())
     base["workload"]["arrival"]["rate_per_s"] = rate
-    base["engine"] = {"preset": "sglang"}
+    base["engine"] = {"preset": preset}
     base["speculation"]["allow_unsupported"] = True  # goodput and oracle are what-if policies
     _run(copy.deepcopy(base))  # warm the caches (traces, tables) before timing
     arms: list[dict[str, Any] | None] = [None, *SPEED_POLICIES]
@@ -88,7 +88,8 @@ def speed(counts: list[int], rate: float, repeat: int) -> None:
                 runs[arm].append((wall, cpu, summary))
         best = [min(arm_runs, key=lambda run: run[1]) for arm_runs in runs]
         fixed_cpu = best[0][1]
-        print(f"{SPEED_SCENARIO} on sglang, {num_requests} requests at {rate}/s, best of {repeat}")
+        where = f"{SPEED_SCENARIO} on {preset}, {num_requests} requests at {rate}/s"
+        print(f"{where}, best of {repeat}")
         print(
             f"{'arm':<20} {'steps':>7} {'batch':>6} {'wall s':>8} {'cpu s':>8} {'cpu / fixed':>12}"
         )
@@ -190,6 +191,7 @@ def main() -> None:
     fast.add_argument("--requests", default="3000,30000")
     fast.add_argument("--rate", type=float, default=16.0)
     fast.add_argument("--repeat", type=int, default=3)
+    fast.add_argument("--preset", default="sglang")
     grid = sub.add_parser("sweep")
     grid.add_argument("scenario", type=Path)
     grid.add_argument("--rates", default="2,8,32,96")
@@ -198,7 +200,7 @@ def main() -> None:
     grid.add_argument("--duration-s", type=float, default=60.0)
     args = parser.parse_args()
     if args.command == "speed":
-        speed([int(value) for value in args.requests.split(",")], args.rate, args.repeat)
+        speed([int(v) for v in args.requests.split(",")], args.rate, args.repeat, args.preset)
     else:
         rates = [float(value) for value in args.rates.split(",")]
         seeds = [int(value) for value in args.seeds.split(",")]
