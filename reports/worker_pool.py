@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import multiprocessing
 import threading
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
@@ -152,7 +153,13 @@ class StickyPool(Executor):
             task_id = next(self._ids)
             index = self._owner.get(key) if key is not None else None
             if index is None:
-                index = min(range(len(self._workers)), key=lambda i: len(self._workers[i].pending))
+                # The least busy worker; between equally busy ones, the one holding fewest
+                # keys (their paused runs), so keys spread however fast earlier tasks finished.
+                owned = Counter(self._owner.values())
+                index = min(
+                    range(len(self._workers)),
+                    key=lambda i: (len(self._workers[i].pending), owned[i], i),
+                )
                 if key is not None:
                     self._owner[key] = index
             self._futures[task_id] = future
