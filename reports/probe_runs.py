@@ -22,6 +22,7 @@ the pool sends the seed's next stage to the same worker.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +101,9 @@ def advance(paused: PausedRun, stage: int) -> np.ndarray | None:
         stop = stage - round(PROBE_TRIM_FRACTIONS[1] * stage)
         end_at_s = float(known[stop]) if len(known) > stop else env.now
         span = max(end_at_s - first_at_s, 1e-3)
-        env.run(until=max(end_at_s, env.now + look * span))
+        until = max(end_at_s, env.now + look * span)
+        node.horizon_s = until  # the compiled loop stops there, as a Python stretch would
+        env.run(until=until)
         look = min(2.0 * look, MAX_LOOK_SHARE)
     return None
 
@@ -171,16 +174,12 @@ def run_probe(
                 return _judged(result.requests, result.steps, kept, targets, source, stage,
                                started)  # fmt: skip
             built = build_simulation(scenario, Path(base_dir), step_records="summary")
-            if stage < longest:
-                # The compiled loop runs up to 65,536 steps as one event, past the times a
-                # staged run pauses at to read its first requests: a run read in stages stays on
-                # the Python path (the same records, bit for bit).
-                built.core.compiled_loop = False
             env = simpy.Environment()
             paused = PausedRun(built, ServingNode(env, built.core, built.arrivals), longest)
             done = 0
         ids = advance(paused, stage) if stage < longest else None
         if ids is None:
+            paused.node.horizon_s = math.inf  # on to the end
             result = execute(paused.simulation, node=paused.node)
             records, steps, summary = result.requests, result.steps, result.summary.to_dict()
             stage, paused = longest, None

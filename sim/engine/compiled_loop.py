@@ -28,6 +28,7 @@ chunk at a time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -98,6 +99,9 @@ class CompiledLoop:
     ) -> None:
         self.core = core
         self.arrivals = arrivals
+        #: No step starts at or after this time once a call ran one (the time a caller pauses
+        #: the simulation at); a call runs at least one step.
+        self.horizon_s = math.inf
         self._loop = loop
         self._on_finish = on_finish
         lowered = core._lowered
@@ -156,7 +160,7 @@ class CompiledLoop:
         core, arrivals = self.core, self.arrivals
         kv, r = core.kv, core.requests
         ints = self._take_over()
-        clock = np.array([core.clock_s], dtype=np.float64)
+        clock = np.array([core.clock_s, self.horizon_s], dtype=np.float64)
         lowered = self._lowered
         finished = 0
         while True:

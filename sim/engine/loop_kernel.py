@@ -187,7 +187,8 @@ def _loop(stamp: int) -> Callable[..., int]:
         """Run steps from the state in ``ints``/``clock``/``running``/the queue until one of
         :data:`DONE`, :data:`FULL`, :data:`PYTHON` or :data:`MISSING` (returned); the state, the
         request columns and the KV holdings are updated for every step run, and nothing of the step
-        that stopped the loop is.
+        that stopped the loop is. ``clock`` holds the node's clock and the horizon: after its
+        first step the loop starts no step at or after ``clock[1]`` (:data:`FULL`).
 
         The waiting queue is ``queue[ints[_QHEAD]:ints[_QTAIL]]``; arrivals join its end.
         Open loop: the arrivals are ``times`` (sorted), from ``ints[_NEXT]`` on, sent by their
@@ -276,6 +277,11 @@ def _loop(stamp: int) -> Callable[..., int]:
                     now = next_at
                 continue
             if num_records >= capacity or num_records >= max_steps:
+                status = FULL
+                break
+            # A caller pausing the simulation at clock[1] (env.run(until=...)): no step starts
+            # at or after it once one step ran, so the state runs at most one step past it.
+            if now >= clock[1] and num_records > 0:
                 status = FULL
                 break
             if num_itl + rows > len(itl_values):

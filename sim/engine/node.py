@@ -11,6 +11,7 @@ or before t) instead of leaving it to the event queue.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -193,6 +194,9 @@ class ServingNode:
         self.arrivals = arrivals
         self.progress = progress
         self.num_finished = 0
+        #: Where a caller pauses the run (``env.run(until=...)``): the compiled loop, which runs
+        #: many steps as one event, starts none at or after it once it ran one in a call.
+        self.horizon_s = math.inf
         core.on_finish = self._on_finish
         core.arrivals_follow_finishes = arrivals.is_closed_loop
         self.process = env.process(self._run())
@@ -229,6 +233,7 @@ class ServingNode:
                 # Steps in compiled code, one SimPy event per call; a step it does not cover
                 # (a preemption) is one event of the Python path below.
                 before = core.num_steps
+                loop.horizon_s = self.horizon_s
                 status = loop.run()
                 if status == compiled_loop.DONE:
                     return

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+import sim.engine.compiled_loop as compiled_loop
 from reports.probe_runs import run_probe
 from reports.probes import PROBE_TRIM_FRACTIONS, ProbeRan, probe_document
 from reports.slo import parse_slo
@@ -17,6 +20,17 @@ from tests.reports.conftest import ROOT, small_document
 TARGETS = parse_slo("ttft_p99_ms<=300,tpot_p50_ms<=15")
 #: Near the chat scenario's eagle3 capacity, so the queue is busy and requests wait.
 RATE_PER_S = 20.0
+
+
+@pytest.fixture(autouse=True, params=["compiled loop", "python path"])
+def _path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways a run steps: the compiled loop (many steps as one event, so it must stop where
+    a staged run pauses) and the Python path."""
+    if request.param == "compiled loop":
+        monkeypatch.setattr(compiled_loop, "MIN_REQUESTS", 0)
+        monkeypatch.setattr(compiled_loop, "MIN_REQUESTS_SPECULATIVE", 0)
+    else:
+        monkeypatch.setattr(compiled_loop, "for_node", lambda *args: None)
 
 
 def _document(num_requests: int) -> dict[str, Any]:
