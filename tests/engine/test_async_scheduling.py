@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from sim.engine.core import EngineCore
 
-from .harness import EngineSetup, check_finished, drive_node, record_of
+from .harness import EngineSetup, build_core, check_finished, drive_node, record_of
 from .strategies import engine_setups
 from .test_fast_forward import _assert_identical
 
@@ -94,3 +95,17 @@ def test_identical_records_stepped_and_fast_forwarded(setup: EngineSetup) -> Non
     arrived = slow.requests.engine_arrival_at_s[first > 0]
     busy = (starts[m] == ends[m - 1]) & (num_seqs[m] > newcomers[m])
     assert (arrived[busy] <= starts[m - 1][busy]).all()
+
+
+def test_the_compiled_loop_leaves_async_runs_to_the_python_path() -> None:
+    # The compiled loop admits by the synchronous rule: it must refuse async runs, which then
+    # give the Python path's records.
+    pytest.importorskip("numba")
+    for async_scheduling in (False, True):
+        setup = _setup(async_scheduling)
+        core = build_core(setup)
+        core.compiled_loop, core.compiled_loop_min_requests = True, 0
+        core, _ = drive_node(setup, core=core)
+        reference, _ = drive_node(setup)
+        assert (core.num_compiled_steps > 0) == (not async_scheduling)
+        _assert_identical(record_of(core), record_of(reference))
