@@ -264,6 +264,7 @@ def build_simulation(
         StepRecorder(columns=STEP_RECORDS[step_records]),
         use_fast,
         check_invariants=check_invariants,
+        async_scheduling=engine.async_scheduling,
     )
     arrivals = ArrivalSchedule(
         len(requests),

@@ -33,7 +33,10 @@ def resolve_engine(scenario: Scenario, base_dir: Path | None = None) -> EnginePr
     preset = replace(preset, per_sequence_overhead_s=host.costs.per_sequence_overhead_s)
     if scenario.speculation.method != "none":
         # What the engine itself changes for this method (e.g. SGLang's smaller batch cap).
-        _, imposed, _ = host.for_method(scenario.speculation.method)
+        method_costs, imposed, _ = host.for_method(scenario.speculation.method)
+        if not method_costs.cpu_overlap:
+            # vLLM runs async scheduling only for the methods it supports it with.
+            preset = replace(preset, async_scheduling=False)
         if "max_num_seqs" in imposed:
             preset = replace(preset, max_num_seqs=int(imposed["max_num_seqs"]))
         if "chunked_prefill" in imposed:

@@ -101,3 +101,31 @@ def test_vllm_v0_runs_only_the_chain_methods_it_shipped() -> None:
     )
     with pytest.raises(ScenarioError, match=r"speculation\.method: vLLM V0"):
         check_support(eagle3)
+
+
+def test_only_the_async_vllm_preset_schedules_one_step_ahead() -> None:
+    # vLLM made async scheduling the default in 0.14.0 (the vllm-v1-async preset); vllm-v1 is
+    # 0.8-0.13, synchronous. Every preset states where its value comes from.
+    document = yaml.safe_load(
+        (Path(__file__).parents[1] / "sim" / "data" / "engine_presets.yaml").read_text()
+    )
+    for name in preset_names():
+        assert document["presets"][name]["async_scheduling_source"]
+    assert [n for n in preset_names() if get_preset(n).async_scheduling] == ["vllm-v1-async"]
+
+
+def test_async_scheduling_follows_the_method_and_the_scenario() -> None:
+    from sim.node_settings import resolve_engine
+
+    def resolved(**engine: object) -> bool:
+        speculation = engine.pop("speculation", {"method": "none"})
+        doc = {"engine": {"preset": "vllm-v1-async", **engine}, "speculation": speculation}
+        return resolve_engine(validate_document(doc, "t")).async_scheduling
+
+    assert resolved()
+    assert resolved(speculation={"method": "eagle3", "num_speculative_tokens": 3})
+    # vLLM PR #31998: async scheduling stays off for draft models, n-gram, Medusa, lookahead.
+    assert not resolved(speculation={"method": "ngram", "num_speculative_tokens": 3})
+    assert not resolved(async_scheduling=False)
+    doc = {"engine": {"preset": "vllm-v1", "async_scheduling": True}}
+    assert resolve_engine(validate_document(doc, "t")).async_scheduling

@@ -298,7 +298,7 @@ def for_node(
     """The compiled loop for ``core`` serving ``arrivals`` (``on_finish(count)`` told of each
     batch of completions), or None where it does not apply: the loop off
     (``core.compiled_loop``) or fast-forward off (stepping is the reference path), sessions,
-    a capped open loop, prefill and decode
+    a capped open loop, async scheduling, prefill and decode
     batches kept apart, scratch rollback, prefix caching, a plan that is not a fixed one, a
     cost model the evaluator does not lower or a drafter it does not price, no numba."""
     s, kv, plan = core.scheduler, core.kv, core.plan
@@ -313,6 +313,7 @@ def for_node(
         or kv.caching
         or type(plan) is not StepPlan
         or not core.compiled_cost
+        or core.async_scheduling  # the loop admits arrivals by the synchronous rule
     ):
         return None
     times = arrivals._times

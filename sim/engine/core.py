@@ -11,7 +11,9 @@ it until no router can cut it). With fast-forward off every step goes through th
 both ways share the integer shape arithmetic and accumulate time with a sequential add, so their
 records agree to the last bit (a test runs both and compares).
 
-Same-time order: a step starting at t sees every arrival with arrival time <= t.
+Same-time order: a step starting at t sees every arrival with arrival time <= t (under async
+scheduling, every arrival up to the previous step's start:
+:meth:`EngineCore.arrivals_seen_until_s`).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class EngineCore(StepCosting, BlockApplication):
         compiled: bool = False,
         compiled_cost: bool = True,
         compiled_loop: bool = True,
+        async_scheduling: bool = False,
     ) -> None:
         self.scheduler = scheduler
         self.requests: RequestTable = scheduler.requests
@@ -116,9 +119,52 @@ class EngineCore(StepCosting, BlockApplication):
         self.num_compiled_steps = 0
         #: Closed-loop clients send a request when one finishes: a stretch must stop there.
         self.arrivals_follow_finishes = False
+        #: The scheduler works one step ahead (vLLM's async scheduling): see
+        #: :meth:`arrivals_seen_until_s`.
+        self.async_scheduling = async_scheduling
+        #: Start and end of the last step applied (NaN before the first).
+        self.last_step_start_s = float("nan")
+        self.last_step_end_s = float("nan")
         #: The scheduler's running array as a stretch left it: every sequence in it decodes and
         #: emitted in the last step (the scheduler replaces the array whenever the set changes).
         self._decoding: IntArray | None = None
+
+    # --- when arrivals are seen ------------------------------------------------------------------
+    def arrivals_seen_until_s(self) -> float:
+        """Arrivals up to this time can join the step that starts at the clock.
+
+        A synchronous engine schedules a step when the previous one ends: it sees every arrival
+        up to its start. Under async scheduling (vLLM 0.14+, ``step_with_batch_queue`` with a
+        queue of two) the step that starts now was scheduled when the previous one started, and
+        new requests are taken in only between scheduling calls: a request that arrives while
+        step n runs joins step n+2 at the earliest. When the engine was idle in between, or the
+        step scheduled ahead has nothing to run (nothing running or waiting), the next step is
+        scheduled now and sees everything up to the clock.
+        """
+        s = self.scheduler
+        if (
+            not self.async_scheduling
+            or self.clock_s != self.last_step_end_s
+            or (len(s.running) == 0 and not s.waiting)
+        ):
+            return self.clock_s
+        return self.last_step_start_s
+
+    def apply_block(
+        self,
+        block: StepBlock,
+        length: int,
+        starts: FloatArray,
+        durations: FloatArray,
+        parts: dict[str, FloatArray],
+        waiting_at: Callable[[FloatArray], IntArray] | None = None,
+    ) -> None:
+        """Apply the first ``length`` steps of ``block`` (:meth:`BlockApplication.apply_block`)
+        and keep when the last of them started and ended."""
+        super().apply_block(block, length, starts, durations, parts, waiting_at)
+        if length:
+            self.last_step_start_s = float(starts[length - 1])
+            self.last_step_end_s = float(starts[length])
 
     # --- deciding the next block ----------------------------------------------------------------
     def plan_next(
@@ -217,7 +263,11 @@ class EngineCore(StepCosting, BlockApplication):
         if planned is not None:
             self.apply_planned(planned, planned.length, waiting_at)
             return
-        self.step(len(self.scheduler.waiting), next_arrival_at_s, waiting_at)
+        num_waiting = len(self.scheduler.waiting)
+        if self.async_scheduling:
+            # Arrivals the step cannot see yet wait too, as a stretch's records count them.
+            num_waiting = int(waiting_at(np.array([self.clock_s]))[0])
+        self.step(num_waiting, next_arrival_at_s, waiting_at)
 
     def _admissible(self) -> IntArray | None:
         """The waiting requests the scheduler would admit next step, each with its whole prompt,
@@ -256,14 +306,19 @@ class EngineCore(StepCosting, BlockApplication):
         return None
 
     def cut_for_arrival(self, block: StepBlock, starts: FloatArray, at_s: float) -> int:
-        """How many steps of a planned stretch to keep for an arrival at ``at_s``: none that
-        starts at or after it while there is room to admit it (step j starts at ``starts[j]``;
-        the first may be cut too, when the stretch was planned ahead of a step's end)."""
+        """How many steps of a planned stretch to keep for an arrival at ``at_s``: none from the
+        first that could admit it while there is room (step j starts at ``starts[j]`` and, under
+        async scheduling, sees arrivals up to ``starts[j-1]``; the first may be cut too, when
+        the stretch was planned ahead of a step's end)."""
         length = block.length
         if at_s == np.inf:
             return length
-        # Starts only grow: the steps from the first that starts at or after at_s are late.
-        first = int(np.searchsorted(starts[:length], at_s, side="left"))
+        seen = starts[:length]
+        if self.async_scheduling and length:
+            # Step j was scheduled when step j-1 started (the first: what the clock sees now).
+            seen = np.concatenate(([self.arrivals_seen_until_s()], starts[: length - 1]))
+        # Starts only grow: the steps from the first that sees at_s are late.
+        first = int(np.searchsorted(seen, at_s, side="left"))
         if first == length:
             return length
         room = block.num_seqs[first:length] < self.scheduler.config.max_num_seqs

@@ -215,7 +215,7 @@ class ServingNode:
 
     def _release(self) -> None:
         core = self.core
-        ids, times = self.arrivals.release_until(core.clock_s)
+        ids, times = self.arrivals.release_until(core.arrivals_seen_until_s())
         if len(ids):
             core.requests.arrival_at_s[ids] = self.arrivals.client_at_s[ids]
             core.requests.engine_arrival_at_s[ids] = times

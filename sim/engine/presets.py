@@ -32,6 +32,7 @@ SETTINGS = (
     "step_overhead_s",
     "per_sequence_overhead_s",
     "enable_prefix_caching",
+    "async_scheduling",
 )
 
 #: The packaged file, relative to the ``sim`` package.
@@ -59,6 +60,9 @@ class EnginePreset:
     frontend: FrontEnd
     calibration: dict[str, Any]
     enable_prefix_caching: bool = True
+    #: The scheduler works one step ahead (vLLM's async scheduling): a request that arrives while
+    #: step n runs joins step n+2 at the earliest (:meth:`EngineCore.arrivals_seen_until_s`).
+    async_scheduling: bool = False
 
 
 @cache
@@ -80,6 +84,13 @@ def _frontend(name: str, entry: Any) -> FrontEnd:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ScenarioError(f"sim/{PRESETS_FILE}: presets.{name}.frontend: {exc}") from None
+
+
+def _flag(name: str, entry: dict[str, Any], key: str) -> bool:
+    value = entry.get(key)
+    if not isinstance(value, bool):
+        raise ScenarioError(f"sim/{PRESETS_FILE}: presets.{name}.{key}: expected true or false")
+    return value
 
 
 @cache
@@ -104,6 +115,7 @@ def _presets() -> dict[str, EnginePreset]:
             frontend=_frontend(name, entry["frontend"]),
             calibration=dict(entry["calibration"]),
             enable_prefix_caching=bool(entry["enable_prefix_caching"]),
+            async_scheduling=_flag(name, entry, "async_scheduling"),
         )
     return out
 

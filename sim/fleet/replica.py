@@ -204,7 +204,7 @@ class Replica(ServingNode):
 
     def _release(self) -> None:
         core = self.core
-        ids, times = self.routed.release_until(core.clock_s)
+        ids, times = self.routed.release_until(core.arrivals_seen_until_s())
         if len(ids):
             core.requests.arrival_at_s[ids] = times
             # Routed requests reach the engine when routed: a fleet has no per-replica front end

@@ -104,6 +104,7 @@ class EngineConfig(BaseModel):
     per_layer_overhead_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
     per_token_overhead_s: float | None = Field(default=None, ge=0, le=MAX_OVERHEAD_S)
     enable_prefix_caching: bool | None = None
+    async_scheduling: bool | None = None
     mixed_batches: bool | None = None
     max_prefills_per_step: int | None = Field(default=None, ge=0, le=MAX_BATCH_SEQS)
     profile: str | None = None

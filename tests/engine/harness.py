@@ -75,6 +75,8 @@ class EngineSetup:
     #: Batching: mixed prefill and decode steps (vLLM) or apart (SGLang), prefills per step cap.
     mixed_batches: bool = True
     max_prefills_per_step: int = 0
+    #: The scheduler works one step ahead (vLLM's async scheduling).
+    async_scheduling: bool = False
 
 
 def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
@@ -111,6 +113,7 @@ def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
         fast_forward,
         check_invariants=True,
         compiled_loop=False,
+        async_scheduling=setup.async_scheduling,
     )
 
 

@@ -155,3 +155,19 @@ def test_lookahead_changes_nothing_but_speed(fleet: dict) -> None:
         assert _same(column, fast.requests[name]), name
     for name, column in plain.steps.items():
         assert _same(column, fast.steps[name]), name
+
+
+@pytest.mark.parametrize("router", ROUTERS)
+def test_one_replica_fleet_is_the_plain_node_under_async_scheduling(router: str) -> None:
+    # A replica admits by the engine's own rule: under async scheduling an arrival during step n
+    # joins step n+2 in a fleet as on a lone node.
+    plain = document(None, num_requests=200)
+    plain["engine"] = {"preset": "vllm-v1-async", "frontend": {"enabled": False}}
+    node = run_scenario(validate_document(plain, "fleet-test"), Path("."))
+    routed = document({"replicas": 1, "router": router}, num_requests=200)
+    routed["engine"] = {"preset": "vllm-v1-async"}
+    fleet = run_scenario(validate_document(routed, "fleet-test"), Path("."))
+    for name, column in node.requests.items():
+        assert _same(column, fleet.requests[name]), name
+    for name, column in node.steps.items():
+        assert _same(column, fleet.steps[name]), name
