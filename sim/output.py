@@ -2,7 +2,11 @@
 
 Every file is written to a temporary name in the same folder and renamed into place
 (``os.replace`` is atomic on POSIX and Windows), then given the mode a plain ``open`` would
-(``0o666`` less the umask; ``mkstemp`` alone leaves ``0o600``).
+(``0o666`` less the umask; ``mkstemp`` alone leaves ``0o600``). The temporary name carries the
+writer's process id (``.<name>.<pid>.<random>``), so a file left by a process that was killed
+before it could clean up (``kill -9``, a power cut) is recognised and removed by the next command
+that writes the same output (:func:`remove_stale_temporaries`); one whose writer still runs is
+left alone.
 
 Before any work, a command checks its outputs with :func:`check_output_folder` or
 :func:`check_output_file`: an output that is an input, an existing file where a folder is due, or
@@ -12,6 +16,7 @@ name from the scenario goes through :func:`safe_name`, so it is always one path 
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -40,10 +45,50 @@ def current_umask() -> int:
     return mask
 
 
+def temporary_beside(path: Path) -> tuple[int, str]:
+    """Create the temporary file a write of ``path`` goes through: ``(descriptor, name)``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
+    return tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", dir=path.parent)
+
+
+def _writer_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporary files of earlier writes of ``path`` whose writer no longer runs.
+
+    Only names of the form ``.<name>.<pid>.<random>`` are touched; a file of a live process
+    (or of this one) stays. Returns what was removed.
+    """
+    removed: list[Path] = []
+    if not path.parent.is_dir():
+        return removed
+    prefix = f".{path.name}."
+    for leftover in path.parent.glob(f"{glob.escape(prefix)}*"):
+        pid_text, _, rest = leftover.name[len(prefix) :].partition(".")
+        if not pid_text.isdigit() or not rest or _writer_alive(int(pid_text)):
+            continue
+        try:
+            leftover.unlink()
+        except FileNotFoundError:  # removed by another command meanwhile
+            continue
+        removed.append(leftover)
+    return removed
+
+
 def atomic_write(path: Path, write: Callable[[IO[Any]], object], binary: bool = False) -> None:
     """Call ``write`` on a temporary file beside ``path``, then rename it to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = temporary_beside(path)
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         handle: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")

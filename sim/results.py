@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -22,7 +21,14 @@ import numpy as np
 import pandas as pd
 
 from sim.engine.recorder import CHUNK_ROWS
-from sim.output import atomic_write, check_output_folder, current_umask, write_json, write_yaml
+from sim.output import (
+    atomic_write,
+    check_output_folder,
+    current_umask,
+    temporary_beside,
+    write_json,
+    write_yaml,
+)
 from sim.run import ScenarioResult
 from sim.run_folder import RUN_FILES, STEPS_FILE, STEPS_PARQUET_FILE, RunFolder
 from sim.scenario import Scenario
@@ -95,8 +101,7 @@ class StepStreamWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        fd, tmp = temporary_beside(path)
         os.fchmod(fd, 0o666 & ~current_umask())
         self._tmp = Path(tmp)
         self._handle: IO[Any] = os.fdopen(fd, "wb")

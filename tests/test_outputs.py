@@ -263,3 +263,45 @@ def test_report_out_onto_an_existing_file_is_refused(tmp_path: Path) -> None:
     code, output = _invoke("report", str(run), "--out", str(target))
     assert code == 2 and "is an existing file" in output, output
     assert target.read_text(encoding="utf-8") == "kept\n"
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+import numpy as np
+from sim.results import StepStreamWriter
+writer = StepStreamWriter(Path(sys.argv[1]))
+writer.write({"t": np.arange(10.0)})
+print(writer._tmp, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    """A ``kill -9`` mid-write leaves the hidden temporary file; the next write of the same
+    output removes it (its writer is gone), and leaves a live writer's file and other names."""
+    from sim.output import atomic_write
+
+    target = tmp_path / "steps.parquet"
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_WRITER, str(target)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    leftover = Path(done.stdout.strip())
+    assert leftover.exists() and leftover.parent == tmp_path
+    live = tmp_path / f".steps.parquet.{os.getpid()}.abc123"
+    live.write_text("being written")
+    unrelated = tmp_path / ".steps.parquet.notes"
+    unrelated.write_text("not a temporary file of ours")
+
+    atomic_write(target, lambda f: f.write("new"))
+
+    assert not leftover.exists()
+    assert live.exists() and unrelated.exists()
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [target.name, live.name, unrelated.name]
+    )
