@@ -23,11 +23,21 @@ from typing import Any
 
 from sim.catalogue import BF16_BYTES, GPU, Model
 from sim.errors import CatalogueError
-from sim.moe_kernel import MoeLayer, moe_efficiency, moe_layer
+from sim.moe_kernel import (
+    DeepGemmMoeLayer,
+    MoeLayer,
+    deepgemm_layer,
+    moe_efficiency,
+    moe_kernels_document,
+    moe_layer,
+)
 from sim.precision import compute_dtype
 
 #: The GPU whose fused-MoE fits are carried to GPUs without their own.
 REFERENCE_GPU = "h100-sxm"
+
+#: The expert kernels ``engine.moe_kernel`` can name.
+MOE_KERNELS = ("triton", "deepgemm")
 
 
 def moe_kernel_dtype(model: Model, gpu: GPU) -> str | None:
@@ -45,13 +55,38 @@ def moe_kernel_dtype(model: Model, gpu: GPU) -> str | None:
     return None
 
 
-def grouped_gemm_layer(model: Model, gpu: GPU, tp: int = 1, ep: int = 1) -> MoeLayer | None:
+def grouped_gemm_layer(
+    model: Model, gpu: GPU, tp: int = 1, ep: int = 1, kernel: str = "triton"
+) -> MoeLayer | DeepGemmMoeLayer | None:
     """One MoE layer of ``model`` split ``tp`` × ``ep`` ways on ``gpu``, priced by a measured
     fused-MoE fit (the GPU's own, else the reference GPU's as fractions of peak); None when no
-    fit covers the weights' format."""
+    fit covers the weights' format. ``kernel="deepgemm"`` prices vLLM's DeepGEMM path
+    (:class:`sim.moe_kernel.DeepGemmMoeLayer`) with the block-FP8 fit's floor and bandwidth.
+
+    Raise CatalogueError if ``kernel`` is unknown, or is deepgemm for weights that are not
+    block-scaled FP8 (:func:`deepgemm_refusal`).
+    """
+    if kernel not in MOE_KERNELS:
+        raise CatalogueError(f"unknown MoE kernel {kernel!r}; known: {', '.join(MOE_KERNELS)}")
     dtype = moe_kernel_dtype(model, gpu)
     if dtype is None or model.spec.num_experts == 1:
         return None
+    if kernel == "deepgemm":
+        refusal = deepgemm_refusal(model, gpu)
+        if refusal:
+            raise CatalogueError(refusal)
+        fit = _fused_moe(model, gpu, dtype, tp, ep)
+        assert fit is not None  # fp8_block is measured on the reference GPU
+        return deepgemm_layer(
+            gpu.name,
+            hidden_size=model.spec.hidden_size,
+            inter_size=model.expert_params_per_layer // (3 * model.spec.hidden_size),
+            num_experts=model.spec.num_experts,
+            topk=model.spec.experts_per_token,
+            tp=tp,
+            ep=ep,
+            efficiency=fit.efficiency,
+        )
     layer = _fused_moe(model, gpu, dtype, tp, ep)
     if layer is None or dtype != "bf16" or model.weight_precision == "bf16":
         return layer
@@ -79,3 +114,46 @@ def _fused_moe(model: Model, gpu: GPU, dtype: str, tp: int, ep: int) -> MoeLayer
         return moe_layer(gpu.name, dtype, efficiency=moe_efficiency(REFERENCE_GPU, dtype), **shape)
     except CatalogueError:
         return None
+
+
+def deepgemm_refusal(model: Model, gpu: GPU) -> str:
+    """Why ``model`` cannot run its experts through DeepGEMM on ``gpu``, or "" if it can: the
+    kernel multiplies 128×128 block-scaled FP8 weights on FP8 tensor cores only."""
+    if model.spec.num_experts == 1:
+        return f"{model.name} has no routed experts"
+    if moe_kernel_dtype(model, gpu) != "fp8_block":
+        return (
+            f"deepgemm runs block-scaled FP8 experts (config.json weight_block_size), "
+            f"{model.name} has {model.weight_precision} weights"
+            + ("" if model.weight_precision != "fp8" else " scaled per tensor")
+        )
+    if gpu.fp8_dense_flops is None:
+        return f"deepgemm needs FP8 tensor cores, which {gpu.name} does not have"
+    return ""
+
+
+def engine_moe_kernel(engine: str, gpu: GPU, model: Model, moe_tp: int) -> str:
+    """The expert kernel an engine release named ``engine`` ("vllm 0.12.0") runs by default for
+    ``model`` on ``gpu`` with ``moe_tp``-way split experts (``sim/data/moe_kernels.yaml``):
+    deepgemm for vLLM 0.12.0-0.14.0 on Hopper with block-FP8 experts and MoE TP below 8, where
+    every decode batch goes through DeepGEMM; triton otherwise."""
+    rule = moe_kernels_document()["vllm_deepgemm_decode"]
+    name, _, version = engine.strip().lower().partition(" ")
+    if name != rule["engine"] or not version:
+        return "triton"
+    try:
+        release = _release(version)
+    except ValueError:
+        return "triton"
+    inside = _release(rule["from_version"]) <= release <= _release(rule["to_version"])
+    applies = (
+        inside
+        and gpu.name in rule["gpus"]
+        and moe_tp <= int(rule["max_moe_tp"])
+        and not deepgemm_refusal(model, gpu)
+    )
+    return "deepgemm" if applies else "triton"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:3])
