@@ -14,6 +14,11 @@ take the bf16 fit with their own bytes.
 
 FP8 checkpoints scaled per 128×128 block (DeepSeek-V3, Qwen3-FP8, GLM-4.5-FP8: config.json
 ``weight_block_size``) run the block-scaled kernel (``fp8_block``), the others the per-tensor one.
+
+``engine.moe_kernel: deepgemm`` prices those block-FP8 experts as vLLM 0.12-0.14 runs them on
+Hopper instead: DeepGEMM's grouped GEMM over vLLM's worst-case padded layout
+(:class:`sim.moe_kernel.DeepGemmMoeLayer`); :func:`engine_moe_kernel` says which engine releases
+do so by default (``sim/data/moe_kernels.yaml``).
 """
 
 from __future__ import annotations
