@@ -122,8 +122,8 @@ def _fused_moe(model: Model, gpu: GPU, dtype: str, tp: int, ep: int) -> MoeLayer
 
 
 def deepgemm_refusal(model: Model, gpu: GPU) -> str:
-    """Why ``model`` cannot run its experts through DeepGEMM on ``gpu``, or "" if it can: the
-    kernel multiplies 128×128 block-scaled FP8 weights on FP8 tensor cores only."""
+    """Why ``model``'s experts cannot be priced through DeepGEMM on ``gpu``, or "" if they can:
+    the kernel multiplies 128×128 block-scaled FP8 weights, and its throughput is Hopper's."""
     if model.spec.num_experts == 1:
         return f"{model.name} has no routed experts"
     if moe_kernel_dtype(model, gpu) != "fp8_block":
@@ -132,8 +132,12 @@ def deepgemm_refusal(model: Model, gpu: GPU) -> str:
             f"{model.name} has {model.weight_precision} weights"
             + ("" if model.weight_precision != "fp8" else " scaled per tensor")
         )
-    if gpu.fp8_dense_flops is None:
-        return f"deepgemm needs FP8 tensor cores, which {gpu.name} does not have"
+    hopper = moe_kernels_document()["deepgemm"]["gpus"]
+    if gpu.name not in hopper:
+        return (
+            f"deepgemm is priced on Hopper GPUs ({', '.join(hopper)}), whose FP8 peak its "
+            f"published throughput was measured at; {gpu.name} is not one"
+        )
     return ""
 
 
@@ -151,12 +155,7 @@ def engine_moe_kernel(engine: str, gpu: GPU, model: Model, moe_tp: int) -> str:
     except ValueError:
         return "triton"
     inside = _release(rule["from_version"]) <= release <= _release(rule["to_version"])
-    applies = (
-        inside
-        and gpu.name in rule["gpus"]
-        and moe_tp <= int(rule["max_moe_tp"])
-        and not deepgemm_refusal(model, gpu)
-    )
+    applies = inside and moe_tp <= int(rule["max_moe_tp"]) and not deepgemm_refusal(model, gpu)
     return "deepgemm" if applies else "triton"
 
 

@@ -98,9 +98,12 @@ def test_vllm_releases_that_route_decode_through_deepgemm() -> None:
     assert engine_moe_kernel("vllm 0.12.0", h200, gpt_oss, 2) == "triton"
 
 
-def test_deepgemm_refuses_experts_that_are_not_block_fp8() -> None:
+def test_deepgemm_refuses_experts_that_are_not_block_fp8_on_hopper() -> None:
     with pytest.raises(CatalogueError, match="block-scaled FP8"):
         grouped_gemm_layer(get_model("mixtral-8x7b"), get_gpu("h100-sxm"), kernel="deepgemm")
+    # Its throughput is the H800's: a Blackwell GPU is not priced with it.
+    with pytest.raises(CatalogueError, match="priced on Hopper GPUs"):
+        grouped_gemm_layer(qwen3_235b_fp8(), get_gpu("b200"), kernel="deepgemm")
     document = {
         "model": "mixtral-8x7b",
         "hardware": {"gpu": "h100-sxm", "num_gpus": 2},
