@@ -15,8 +15,8 @@ take the bf16 fit with their own bytes.
 FP8 checkpoints scaled per 128×128 block (DeepSeek-V3, Qwen3-FP8, GLM-4.5-FP8: config.json
 ``weight_block_size``) run the block-scaled kernel (``fp8_block``), the others the per-tensor one.
 
-``engine.moe_kernel: deepgemm`` prices those block-FP8 experts as vLLM 0.12-0.14 runs them on
-Hopper instead: DeepGEMM's grouped GEMM over vLLM's worst-case padded layout
+``engine.moe_kernel: deepgemm`` prices those block-FP8 experts as vLLM 0.11.1-0.12.0 runs them
+on Hopper instead: DeepGEMM's grouped GEMM over vLLM's worst-case padded layout
 (:class:`sim.moe_kernel.DeepGemmMoeLayer`); :func:`engine_moe_kernel` says which engine releases
 do so by default (``sim/data/moe_kernels.yaml``).
 """
@@ -144,19 +144,23 @@ def deepgemm_refusal(model: Model, gpu: GPU) -> str:
 def engine_moe_kernel(engine: str, gpu: GPU, model: Model, moe_tp: int) -> str:
     """The expert kernel an engine release named ``engine`` ("vllm 0.12.0") runs by default for
     ``model`` on ``gpu`` with ``moe_tp``-way split experts (``sim/data/moe_kernels.yaml``):
-    deepgemm for vLLM 0.12.0-0.14.0 on Hopper with block-FP8 experts and MoE TP below 8, where
-    every decode batch goes through DeepGEMM; triton otherwise."""
+    deepgemm for vLLM 0.11.1-0.12.0 on Hopper with block-FP8 experts (0.12.0: MoE TP below 8),
+    where every decode batch computes DeepGEMM's whole worst-case layout; triton otherwise,
+    including 0.13-0.14, whose DeepGEMM skips the unused layout (not priced here)."""
     rule = moe_kernels_document()["vllm_deepgemm_decode"]
     name, _, version = engine.strip().lower().partition(" ")
-    if name != rule["engine"] or not version:
+    if name != rule["engine"] or not version or deepgemm_refusal(model, gpu):
         return "triton"
     try:
         release = _release(version)
     except ValueError:
         return "triton"
-    inside = _release(rule["from_version"]) <= release <= _release(rule["to_version"])
-    applies = inside and moe_tp <= int(rule["max_moe_tp"]) and not deepgemm_refusal(model, gpu)
-    return "deepgemm" if applies else "triton"
+    for span in rule["releases"]:
+        inside = _release(span["from_version"]) <= release <= _release(span["to_version"])
+        limit = span["max_moe_tp"]
+        if inside and (limit is None or moe_tp <= int(limit)):
+            return "deepgemm"
+    return "triton"
 
 
 def _release(version: str) -> tuple[int, ...]:

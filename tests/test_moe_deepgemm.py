@@ -87,10 +87,12 @@ def test_published_deepgemm_on_off_gap_out_of_sample() -> None:
 def test_vllm_releases_that_route_decode_through_deepgemm() -> None:
     model, h200 = qwen3_235b_fp8(), get_gpu("h200")
     assert engine_moe_kernel("vllm 0.12.0", h200, model, 2) == "deepgemm"
-    assert engine_moe_kernel("vllm 0.14.0", h200, model, 1) == "deepgemm"
-    assert engine_moe_kernel("vllm 0.11.0", h200, model, 2) == "triton"  # E8M0 off on Hopper
-    assert engine_moe_kernel("vllm 0.15.1", h200, model, 2) == "triton"  # source not read
+    assert engine_moe_kernel("vllm 0.11.1", h200, model, 8) == "deepgemm"  # before PR #29346
     assert engine_moe_kernel("vllm 0.12.0", h200, model, 8) == "triton"  # PR #29346
+    assert engine_moe_kernel("vllm 0.11.0", h200, model, 2) == "triton"  # E8M0 off on Hopper
+    # 0.13-0.14 run DeepGEMM but skip the unused layout: not this kernel's cost.
+    assert engine_moe_kernel("vllm 0.14.0", h200, model, 2) == "triton"
+    assert engine_moe_kernel("vllm 0.15.1", h200, model, 2) == "triton"
     assert engine_moe_kernel("sglang 0.5.6.post2", h200, model, 2) == "triton"
     assert engine_moe_kernel("vllm 0.12.0", get_gpu("b200"), model, 2) == "triton"
     assert engine_moe_kernel("vllm", h200, model, 2) == "triton"
