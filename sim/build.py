@@ -40,6 +40,7 @@ from sim.errors import CatalogueError, ScenarioError
 from sim.hf_config import resolve_model
 from sim.host_costs import load_host_profile
 from sim.linear_attention import state_reserve_bytes
+from sim.moe import deepgemm_refusal
 from sim.node_settings import batching_of, resolve_engine
 from sim.parallel import Layout, window_kv_reserve_bytes
 from sim.pipeline import (
@@ -151,8 +152,13 @@ def build_simulation(
         host = replace(host, per_layer_overhead_s=float(per_layer))
     if per_token is not None:
         host = replace(host, per_token_overhead_s=float(per_token))
+    if scenario.engine.moe_kernel == "deepgemm":
+        refusal = deepgemm_refusal(model, gpu)
+        if refusal:
+            raise ScenarioError(f"engine.moe_kernel: {refusal}")
     cost_terms: dict[str, Any] = dict(
         host=host,
+        moe_kernel=scenario.engine.moe_kernel,
         speculative=method != "none",
         layout=layout,
         # A profile's fitted efficiency is the user's own hardware: it prices the linear layers.

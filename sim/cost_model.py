@@ -124,7 +124,8 @@ class StepCostModel:
     ``cpu_overlap``: whether this run overlaps CPU work with the forward (an engine may turn its
     overlap off for a speculative method; None takes ``host.cpu_overlap``);
     ``measured_linear``: whether a measured GEMM grid of the GPU prices the dense linear layers
-    (False when ``efficiency`` is a calibrated profile's, which then prices them).
+    (False when ``efficiency`` is a calibrated profile's, which then prices them);
+    ``moe_kernel``: the engine's expert kernel, ``triton`` or ``deepgemm`` (sim/moe.py).
     Raise ValueError if ``tp`` < 1 or an overhead is negative.
     """
 
@@ -142,6 +143,7 @@ class StepCostModel:
         cpu_overlap: bool | None = None,
         layout: Layout | None = None,
         measured_linear: bool = True,
+        moe_kernel: str = "triton",
     ) -> None:
         if tp < 1:
             raise ValueError(f"tensor-parallel degree must be >= 1, got {tp}")
@@ -164,7 +166,9 @@ class StepCostModel:
         from sim.kernel_costs import KernelCosts  # the kernel module builds on this one
 
         self._kernels = (
-            KernelCosts(model, gpu, tp, efficiency, gemm_grid=measured_linear)
+            KernelCosts(
+                model, gpu, tp, efficiency, gemm_grid=measured_linear, moe_kernel=moe_kernel
+            )
             if host is not None
             else None
         )
@@ -176,7 +180,7 @@ class StepCostModel:
         if layout is not None and not layout.is_single_group:
             from sim.parallel_cost import ParallelStepCost  # builds on this module
 
-            self._parallel = ParallelStepCost(model, gpu, layout, efficiency)
+            self._parallel = ParallelStepCost(model, gpu, layout, efficiency, moe_kernel)
             self._kernels = None
         self.cpu_overlap = base.cpu_overlap if cpu_overlap is None else cpu_overlap
         self._bw = tp * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s

@@ -47,7 +47,7 @@ from sim.kernels import (
     prefill_attention,
 )
 from sim.moe import grouped_gemm_layer
-from sim.moe_kernel import MoeLayer
+from sim.moe_kernel import DeepGemmMoeLayer, MoeLayer
 
 FloatArray = NDArray[np.float64]
 
@@ -105,7 +105,14 @@ class KernelCosts:
     """
 
     def __init__(
-        self, model: Model, gpu: GPU, tp: int, bf16: Efficiency, *, gemm_grid: bool = True
+        self,
+        model: Model,
+        gpu: GPU,
+        tp: int,
+        bf16: Efficiency,
+        *,
+        gemm_grid: bool = True,
+        moe_kernel: str = "triton",
     ) -> None:
         spec = model.spec
         self.num_layers = spec.num_layers
@@ -134,8 +141,11 @@ class KernelCosts:
         head = float(spec.vocab_size * spec.hidden_size)
         moe = spec.num_experts > 1
         dtype = model.weight_precision
-        # Experts: the fused-MoE fit of the weights' datatype (sim/moe.py).
-        self._moe: MoeLayer | None = grouped_gemm_layer(model, gpu, tp) if moe else None
+        # Experts: the fused-MoE fit of the weights' datatype, or the engine's DeepGEMM path
+        # (sim/moe.py).
+        self._moe: MoeLayer | DeepGemmMoeLayer | None = (
+            grouped_gemm_layer(model, gpu, tp, kernel=moe_kernel) if moe else None
+        )
         body_eff = bf16 if dtype == "bf16" else _optional(gemm_efficiency, gpu.name, dtype)
         if body_eff is None and self._moe is not None:
             # No GEMM fit for this format here: the shipped dense fit at the format's own peak.

@@ -14,6 +14,11 @@ take the bf16 fit with their own bytes.
 
 FP8 checkpoints scaled per 128×128 block (DeepSeek-V3, Qwen3-FP8, GLM-4.5-FP8: config.json
 ``weight_block_size``) run the block-scaled kernel (``fp8_block``), the others the per-tensor one.
+
+``engine.moe_kernel: deepgemm`` prices those block-FP8 experts as vLLM 0.11.1-0.12.0 runs them
+on Hopper instead: DeepGEMM's grouped GEMM over vLLM's worst-case padded layout
+(:class:`sim.moe_kernel.DeepGemmMoeLayer`); :func:`engine_moe_kernel` says which engine releases
+do so by default (``sim/data/moe_kernels.yaml``).
 """
 
 from __future__ import annotations
@@ -23,11 +28,21 @@ from typing import Any
 
 from sim.catalogue import BF16_BYTES, GPU, Model
 from sim.errors import CatalogueError
-from sim.moe_kernel import MoeLayer, moe_efficiency, moe_layer
+from sim.moe_kernel import (
+    DeepGemmMoeLayer,
+    MoeLayer,
+    deepgemm_layer,
+    moe_efficiency,
+    moe_kernels_document,
+    moe_layer,
+)
 from sim.precision import compute_dtype
 
 #: The GPU whose fused-MoE fits are carried to GPUs without their own.
 REFERENCE_GPU = "h100-sxm"
+
+#: The expert kernels ``engine.moe_kernel`` can name.
+MOE_KERNELS = ("triton", "deepgemm")
 
 
 def moe_kernel_dtype(model: Model, gpu: GPU) -> str | None:
@@ -45,13 +60,38 @@ def moe_kernel_dtype(model: Model, gpu: GPU) -> str | None:
     return None
 
 
-def grouped_gemm_layer(model: Model, gpu: GPU, tp: int = 1, ep: int = 1) -> MoeLayer | None:
+def grouped_gemm_layer(
+    model: Model, gpu: GPU, tp: int = 1, ep: int = 1, kernel: str = "triton"
+) -> MoeLayer | DeepGemmMoeLayer | None:
     """One MoE layer of ``model`` split ``tp`` × ``ep`` ways on ``gpu``, priced by a measured
     fused-MoE fit (the GPU's own, else the reference GPU's as fractions of peak); None when no
-    fit covers the weights' format."""
+    fit covers the weights' format. ``kernel="deepgemm"`` prices vLLM's DeepGEMM path
+    (:class:`sim.moe_kernel.DeepGemmMoeLayer`) with the block-FP8 fit's floor and bandwidth.
+
+    Raise CatalogueError if ``kernel`` is unknown, or is deepgemm for weights that are not
+    block-scaled FP8 (:func:`deepgemm_refusal`).
+    """
+    if kernel not in MOE_KERNELS:
+        raise CatalogueError(f"unknown MoE kernel {kernel!r}; known: {', '.join(MOE_KERNELS)}")
     dtype = moe_kernel_dtype(model, gpu)
     if dtype is None or model.spec.num_experts == 1:
         return None
+    if kernel == "deepgemm":
+        refusal = deepgemm_refusal(model, gpu)
+        if refusal:
+            raise CatalogueError(refusal)
+        fit = _fused_moe(model, gpu, dtype, tp, ep)
+        assert fit is not None  # fp8_block is measured on the reference GPU
+        return deepgemm_layer(
+            gpu.name,
+            hidden_size=model.spec.hidden_size,
+            inter_size=model.expert_params_per_layer // (3 * model.spec.hidden_size),
+            num_experts=model.spec.num_experts,
+            topk=model.spec.experts_per_token,
+            tp=tp,
+            ep=ep,
+            efficiency=fit.efficiency,
+        )
     layer = _fused_moe(model, gpu, dtype, tp, ep)
     if layer is None or dtype != "bf16" or model.weight_precision == "bf16":
         return layer
@@ -79,3 +119,49 @@ def _fused_moe(model: Model, gpu: GPU, dtype: str, tp: int, ep: int) -> MoeLayer
         return moe_layer(gpu.name, dtype, efficiency=moe_efficiency(REFERENCE_GPU, dtype), **shape)
     except CatalogueError:
         return None
+
+
+def deepgemm_refusal(model: Model, gpu: GPU) -> str:
+    """Why ``model``'s experts cannot be priced through DeepGEMM on ``gpu``, or "" if they can:
+    the kernel multiplies 128×128 block-scaled FP8 weights, and its throughput is Hopper's."""
+    if model.spec.num_experts == 1:
+        return f"{model.name} has no routed experts"
+    if moe_kernel_dtype(model, gpu) != "fp8_block":
+        return (
+            f"deepgemm runs block-scaled FP8 experts (config.json weight_block_size), "
+            f"{model.name} has {model.weight_precision} weights"
+            + ("" if model.weight_precision != "fp8" else " scaled per tensor")
+        )
+    hopper = moe_kernels_document()["deepgemm"]["gpus"]
+    if gpu.name not in hopper:
+        return (
+            f"deepgemm is priced on Hopper GPUs ({', '.join(hopper)}), whose FP8 peak its "
+            f"published throughput was measured at; {gpu.name} is not one"
+        )
+    return ""
+
+
+def engine_moe_kernel(engine: str, gpu: GPU, model: Model, moe_tp: int) -> str:
+    """The expert kernel an engine release named ``engine`` ("vllm 0.12.0") runs by default for
+    ``model`` on ``gpu`` with ``moe_tp``-way split experts (``sim/data/moe_kernels.yaml``):
+    deepgemm for vLLM 0.11.1-0.12.0 on Hopper with block-FP8 experts (0.12.0: MoE TP below 8),
+    where every decode batch computes DeepGEMM's whole worst-case layout; triton otherwise,
+    including 0.13-0.14, whose DeepGEMM skips the unused layout (not priced here)."""
+    rule = moe_kernels_document()["vllm_deepgemm_decode"]
+    name, _, version = engine.strip().lower().partition(" ")
+    if name != rule["engine"] or not version or deepgemm_refusal(model, gpu):
+        return "triton"
+    try:
+        release = _release(version)
+    except ValueError:
+        return "triton"
+    for span in rule["releases"]:
+        inside = _release(span["from_version"]) <= release <= _release(span["to_version"])
+        limit = span["max_moe_tp"]
+        if inside and (limit is None or moe_tp <= int(limit)):
+            return "deepgemm"
+    return "triton"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:3])

@@ -9,8 +9,12 @@ The fits are in ``sim/data/kernels/<gpu>.yaml`` (:mod:`sim.kernels` reads them;
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
 
 import numpy as np
+import yaml
 from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import get_gpu
@@ -176,4 +180,109 @@ def moe_activation_bytes(
     loc = np.asarray(slots_local, dtype=np.float64)
     return 2.0 * (
         g * (3.0 * inter_local + hidden_size) + loc * (2.0 * hidden_size + 3.0 * inter_local)
+    )
+
+
+# --- DeepGEMM contiguous grouped GEMM ---------------------------------------------------------
+#: The packaged description of the DeepGEMM kernel and the engine versions that run it.
+MOE_KERNELS_FILE = "data/moe_kernels.yaml"
+
+
+@cache
+def moe_kernels_document() -> dict[str, Any]:
+    """``sim/data/moe_kernels.yaml`` as a mapping. Raise CatalogueError if it is malformed."""
+    text = resources.files("sim").joinpath(MOE_KERNELS_FILE).read_text("utf-8")
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict) or not isinstance(data.get("deepgemm"), dict):
+        raise CatalogueError(f"sim/{MOE_KERNELS_FILE}: expected a mapping with 'deepgemm'")
+    return data
+
+
+def deepgemm_flops_fraction() -> float:
+    """DeepGEMM's published contiguous-layout throughput as a fraction of the FP8 peak.
+
+    A MoE layer's gate-up GEMM does 2/3 of its FLOPs and the down GEMM 1/3, so the layer runs at
+    the harmonic mean ``1 / (2/(3·F_gate_up) + 1/(3·F_down))`` of the README's two shapes (each
+    the mean of its rows), over the H800's FP8 dense peak.
+    """
+    d = moe_kernels_document()["deepgemm"]
+    gate_up = float(np.mean(d["gate_up_tflops"])) * 1e12
+    down = float(np.mean(d["down_tflops"])) * 1e12
+    layer = 1.0 / (2.0 / (3.0 * gate_up) + 1.0 / (3.0 * down))
+    return layer / float(d["reference_peak_fp8_flops"])
+
+
+def deepgemm_padded_rows(num_tokens: ArrayLike, topk: int, local_experts: int) -> FloatArray:
+    """Rows both grouped GEMMs compute for ``num_tokens`` tokens: vLLM's worst-case layout
+    ``round_up(T·k + E_local·(BLOCK_M − 1), BLOCK_M)`` (``compute_aligned_M``), every row of which
+    DeepGEMM multiplies (the unused tail is given to expert 0, not skipped)."""
+    block_m = int(moe_kernels_document()["deepgemm"]["block_m"])
+    t = np.asarray(num_tokens, dtype=np.float64)
+    return np.ceil((t * topk + local_experts * (block_m - 1)) / block_m) * block_m
+
+
+@dataclass(frozen=True)
+class DeepGemmMoeLayer:
+    """One MoE layer run by vLLM's DeepGEMM path (``DeepGemmExperts``) on one GPU.
+
+    ``floor + smooth_max(D·w, R·f, p) + R·a`` with ``D`` the local distinct experts read once
+    each, ``R`` :func:`deepgemm_padded_rows`, ``f`` seconds of both GEMMs per padded row at
+    DeepGEMM's published throughput (:func:`deepgemm_flops_fraction`), ``a`` seconds per padded
+    row of the activation and FP8 quantisation between them (``9·I_local`` bytes: gate-up output
+    read ``4·I``, activation written ``2·I``, read ``2·I``, quantised written ``I``). Floor,
+    bandwidth fraction and ``p`` are the GPU's fused-MoE fit of block FP8.
+    """
+
+    efficiency: MoeEfficiency
+    num_experts: int
+    topk: int
+    local_experts: int
+    weight_s_per_expert: float
+    row_flop_s: float
+    row_bytes_s: float
+
+    def time_s(self, num_tokens: ArrayLike) -> FloatArray:
+        """Seconds for ``num_tokens`` tokens (array or scalar) entering the layer."""
+        t = np.asarray(num_tokens, dtype=np.float64)
+        touched = experts_touched(t, self.num_experts, self.topk) * (
+            self.local_experts / self.num_experts
+        )
+        rows = deepgemm_padded_rows(t, self.topk, self.local_experts)
+        weights = self.weight_s_per_expert * touched
+        compute = smooth_max(weights, self.row_flop_s * rows, self.efficiency.roofline_p)
+        return self.efficiency.floor_s + compute + self.row_bytes_s * rows
+
+
+def deepgemm_layer(
+    gpu: str,
+    *,
+    hidden_size: int,
+    inter_size: int,
+    num_experts: int,
+    topk: int,
+    tp: int = 1,
+    ep: int = 1,
+    efficiency: MoeEfficiency,
+) -> DeepGemmMoeLayer:
+    """The :class:`DeepGemmMoeLayer` of a block-FP8 MoE shape split ``tp`` × ``ep`` ways on
+    ``gpu``; ``efficiency`` is the GPU's block-FP8 fused-MoE fit (floor, bandwidth, p).
+
+    Raise CatalogueError if the GPU has no FP8 throughput; ValueError for a split below 1.
+    """
+    if tp < 1 or ep < 1:
+        raise ValueError(f"tp and ep must be >= 1, got tp={tp}, ep={ep}")
+    spec = get_gpu(gpu)
+    if spec.fp8_dense_flops is None:
+        raise CatalogueError(f"GPU {gpu!r} has no fp8 throughput in the catalogue")
+    bw = efficiency.bandwidth * spec.hbm_bandwidth_bytes_per_s
+    flops = deepgemm_flops_fraction() * spec.fp8_dense_flops
+    inter_local = inter_size / tp
+    return DeepGemmMoeLayer(
+        efficiency=efficiency,
+        num_experts=num_experts,
+        topk=topk,
+        local_experts=max(1, num_experts // ep),
+        weight_s_per_expert=3.0 * hidden_size * inter_local * WEIGHT_BYTES["fp8_block"] / bw,
+        row_flop_s=2.0 * 3.0 * hidden_size * inter_local / flops,
+        row_bytes_s=9.0 * inter_local / bw,
     )

@@ -47,7 +47,14 @@ FloatArray = NDArray[np.float64]
 class ParallelStepCost:
     """Per-GPU operator times of ``model`` on ``gpu`` under ``layout`` (module docstring)."""
 
-    def __init__(self, model: Model, gpu: GPU, layout: Layout, efficiency: Efficiency) -> None:
+    def __init__(
+        self,
+        model: Model,
+        gpu: GPU,
+        layout: Layout,
+        efficiency: Efficiency,
+        moe_kernel: str = "triton",
+    ) -> None:
         spec = model.spec
         self.model, self.gpu, self.layout, self.efficiency = model, gpu, layout, efficiency
         tp, dp = layout.attention_tp, layout.dp
@@ -65,7 +72,7 @@ class ParallelStepCost:
         self._floor_s = (model.dense_gemm_kernels + 1) * efficiency.gemm_floor_s
         # MoE layers, per GPU.
         self._moe_layers = model.num_moe_layers
-        self._measured = grouped_gemm_layer(model, gpu, layout.moe_tp, layout.ep)
+        self._measured = grouped_gemm_layer(model, gpu, layout.moe_tp, layout.ep, kernel=moe_kernel)
         expert = float(model.expert_params_per_layer)
         self._expert_weight_s = expert * model.weight_bytes_per_param / layout.moe_tp / bw
         self._expert_flop_s = (

@@ -37,7 +37,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sim.catalogue import get_model, gpu_names, model_names
+from sim.catalogue import get_gpu, get_model, gpu_names, model_names
+from sim.moe import engine_moe_kernel
 from sim.precision import KV_FORMAT_BYTES, WEIGHT_FORMATS
 from sim.scenario import METHODS, Scenario
 from sim.validation.points import ValidationPoint
@@ -163,6 +164,8 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
     if method != "none" and point.num_speculative_tokens is not None:
         speculation["num_speculative_tokens"] = point.num_speculative_tokens
     engine: dict[str, Any] = {"preset": point.preset}
+    if _moe_kernel(point) == "deepgemm":
+        engine["moe_kernel"] = "deepgemm"
     if point.max_num_seqs is not None:
         engine["max_num_seqs"] = point.max_num_seqs
     if point.max_num_batched_tokens is not None:
@@ -203,6 +206,17 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
         "speculation": speculation,
         "workload": workload,
     }
+
+
+def _moe_kernel(point: ValidationPoint) -> str:
+    """The expert kernel the row's engine release runs by default (sim/moe.py
+    ``engine_moe_kernel``); triton where the row's model or GPU is not in the catalogue."""
+    if point.model not in model_names() or point.gpu not in gpu_names():
+        return "triton"
+    weights = point.precision if point.precision in WEIGHT_FORMATS else "bf16"
+    model = get_model(point.model).with_precision(weights, point.kv_cache or "bf16")
+    ep = point.expert_parallel or 1
+    return engine_moe_kernel(point.engine, get_gpu(point.gpu), model, point.num_gpus // ep)
 
 
 def try_build(point: ValidationPoint, method: str | None = None) -> tuple[Scenario | None, str]:

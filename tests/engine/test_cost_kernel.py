@@ -95,6 +95,14 @@ NODES: list[tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]] = [
         {"method": "mtp", "num_speculative_tokens": 1},
     ),
     ("b200-roofline", {"gpu": "b200", "num_gpus": 1}, "qwen3-8b", {}, {}),
+    # vLLM's DeepGEMM experts over their padded layout (sim/moe_kernel.py), block-FP8 weights.
+    (
+        "h200-moe-deepgemm",
+        {"gpu": "h200", "num_gpus": 4},
+        "qwen3-235b-a22b",
+        {"moe_kernel": "deepgemm"},
+        {},
+    ),
     (
         "vllm-v0-eagle",
         {"gpu": "h100-sxm", "num_gpus": 1},
@@ -153,6 +161,7 @@ def _lowered(name: str) -> tuple[cost_kernel.LoweredCost, cost_kernel.LoweredCos
         "seed": 1,
         "hardware": hardware,
         "model": model,
+        "precision": {"weights": "fp8"} if engine.get("moe_kernel") == "deepgemm" else {},
         "engine": engine,
         # Acceptance only shapes the plans, not the cost: a flat rate suits every method.
         "speculation": {**speculation, "acceptance": {"alpha": 0.7}}
