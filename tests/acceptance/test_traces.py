@@ -7,10 +7,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.acceptance.plan import Proposal
 from sim.acceptance.shipped_data import load_shipped_traces
-from sim.acceptance.traces import TraceReplayModel, TraceSet, load_jsonl_traces
+from sim.acceptance.traces import (
+    TraceReplayModel,
+    TraceSet,
+    chain_replay_totals,
+    load_jsonl_traces,
+)
 from sim.errors import CalibrationError, ScenarioError
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -46,6 +53,38 @@ def test_replay_reproduces_raw_token_weighted_tau(dataset: str, field: str) -> N
         replayed = float(np.sum(plan.accepted + 1.0) / plan.accepted.size)
         assert replayed == pytest.approx(raw, rel=0.02)
         assert model.expected_acceptance_length(Proposal.chain(k)) == pytest.approx(raw, rel=0.02)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    traces=st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=60), min_size=1, max_size=8),
+    depth=st.integers(1, 10),
+)
+def test_chain_replay_totals_are_the_plan_walks_and_a_plain_walks(
+    traces: list[list[int]], depth: int
+) -> None:
+    # The pointer-doubling totals against the plan's own lockstep walk (every trace at its own
+    # length) and a plain per-trace walk: the same integers, so the same tau to the last bit.
+    trace_set = TraceSet.from_lists(traces, "synthetic")
+    tokens, steps = chain_replay_totals(trace_set, depth)
+    plan = TraceReplayModel(trace_set).plan(
+        trace_set.lengths, Proposal.chain(depth), np.random.default_rng(0),
+        trace_keys=np.arange(trace_set.num_traces),
+    )  # fmt: skip
+    assert (tokens, steps) == (int(np.sum(plan.accepted.astype(np.int64) + 1)), plan.accepted.size)
+    plain_tokens = plain_steps = 0
+    for acc in traces:
+        position = 0
+        while position < len(acc):
+            emitted = min(acc[position], depth + 1)  # the accepted drafts and the bonus token
+            position += emitted
+            plain_tokens += emitted
+            plain_steps += 1
+    assert (tokens, steps) == (plain_tokens, plain_steps)
+    model = TraceReplayModel(trace_set)
+    assert model.token_weighted_tau(depth) == float(
+        np.sum(plan.accepted.astype(np.int64) + 1) / plan.accepted.size
+    )
 
 
 @needs_shared
