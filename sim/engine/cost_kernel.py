@@ -39,6 +39,8 @@ Python path. Without numba likewise.
 
 from __future__ import annotations
 
+import pickle
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -386,4 +388,47 @@ def lower(
         or cost_model._state_s_per_seq != 0.0
     ):
         return None
-    return LoweredCost(cost_model, drafter, speculative, max_tokens, max_logits, max_seqs)
+    key = _reuse_key(cost_model, drafter, speculative, (max_tokens, max_logits, max_seqs))
+    lowered = _BUILT.get(key) if key is not None else None
+    if lowered is not None:
+        _BUILT.move_to_end(key)  # type: ignore[arg-type]
+        # Entries priced from now on come from this run's model (of the same state).
+        lowered.cost_model, lowered.drafter = cost_model, drafter
+        return lowered
+    lowered = LoweredCost(cost_model, drafter, speculative, max_tokens, max_logits, max_seqs)
+    if key is not None:
+        _BUILT[key] = lowered
+        while len(_BUILT) > KEEP_BUILT:
+            _BUILT.popitem(last=False)
+    return lowered
+
+
+#: Evaluators built in this process, by everything they read (:func:`_reuse_key`), the most
+#: recently used last: the runs of a sweep or a plan that price steps alike share one, whose
+#: grids and table are then priced once per worker, not once per run. Each holds grids of up to
+#: 32 MB, so only the last few are kept.
+_BUILT: OrderedDict[bytes, LoweredCost] = OrderedDict()
+#: Evaluators kept in :data:`_BUILT` (a plan's three methods and one more).
+KEEP_BUILT = 4
+
+
+def _reuse_key(
+    cost_model: StepCostModel, drafter: Drafter, speculative: bool, bounds: tuple[int, int, int]
+) -> bytes | None:
+    """The state an evaluator's prices depend on, as bytes: the cost model pickled whole (its
+    coefficients, host terms and measured tables), the grids' bounds and what
+    :class:`LoweredCost` reads from the drafter (its drafting terms, draft networks pickled
+    whole, tree levels, a policy's chains). Two evaluators of equal keys price every step alike:
+    each value is the Python model's for the same state. None for a drafter that prices its own
+    time (read per call) or a model that cannot be pickled: such an evaluator is not shared."""
+    chain = _chain_by_k(drafter) if speculative else None
+    source = drafter if chain is None else chain[0]
+    form, draft, networks = _draft_terms(source) if speculative else (DRAFT_NONE, (), [])
+    if form == DRAFT_GIVEN:
+        return None
+    levels = list(source.level_nodes) if networks else []  # type: ignore[union-attr]
+    state = (cost_model, speculative, bounds, form, draft, networks, levels, chain and chain[1:])
+    try:
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None

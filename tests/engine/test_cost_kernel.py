@@ -173,11 +173,11 @@ def _lowered(name: str) -> tuple[cost_kernel.LoweredCost, cost_kernel.LoweredCos
     # Without grids every term comes from the table; with them, shapes within 3,000 tokens and
     # 700 logit rows (draft forwards within 3,000 new tokens and 300 sequences) read the grids
     # (those beyond, the table).
-    lowered = [
-        cost_kernel.lower(core.cost_model, core.drafter, core.speculative, *grid)
-        for grid in ((0, 0, 0), (3_000, 700, 300))
-    ]
-    assert lowered[0] is not None and lowered[1] is not None, name
+    grids = ((0, 0, 0), (3_000, 700, 300))
+    args = (core.cost_model, core.drafter, core.speculative)
+    assert all(cost_kernel.lower(*args, *grid) is not None for grid in grids), name
+    # Evaluators of their own, not the ones lower() shares: tests below rebuild their tables.
+    lowered = [cost_kernel.LoweredCost(*args, *grid) for grid in grids]
     return lowered[0], lowered[1], core.scheduler.config.max_num_seqs
 
 
@@ -370,6 +370,39 @@ def test_identical_records_for_whole_scenarios(name: str) -> None:
     assert replace(compiled.summary, wall_time_s=None) == replace(
         reference.summary, wall_time_s=None
     )
+
+
+def test_runs_that_price_alike_share_one_evaluator_and_keep_their_records() -> None:
+    # A sweep's points and a plan's probes differ in rate and seed, not in what a step costs:
+    # lower() hands them the evaluator the first built, its grids and table already priced. A
+    # run on a shared evaluator gives the records of a run on a fresh one; a node that prices
+    # steps otherwise (another step overhead, another method) gets its own.
+    base = SCENARIOS["eagle3-chain"]
+
+    def run(document: dict[str, Any]) -> tuple[Any, Any]:
+        result, core = _run_scenario(document, "shared", compiled_cost=True)
+        return result, core._lowered
+
+    cost_kernel._BUILT.clear()
+    _, first = run(base)
+    shared_result, shared = run({**base, "seed": base.get("seed", 0) + 1})
+    assert shared is first
+    cost_kernel._BUILT.clear()
+    fresh_result, fresh = run({**base, "seed": base.get("seed", 0) + 1})
+    assert fresh is not first
+    _assert_identical(shared_result.steps, fresh_result.steps)
+    _assert_identical(
+        {k: shared_result.requests[k] for k in REQUEST_COLUMNS},
+        {k: fresh_result.requests[k] for k in REQUEST_COLUMNS},
+    )
+    engine = {**base.get("engine", {}), "step_overhead_s": 0.004}
+    _, other = run({**base, "engine": engine})
+    assert other is not fresh
+    _, again = run({**base, "seed": base.get("seed", 0) + 2})
+    assert again is fresh  # the other node's evaluator did not push this one out
+    for extra in range(cost_kernel.KEEP_BUILT + 1):
+        run({**base, "engine": {**engine, "step_overhead_s": 0.005 + extra / 1000}})
+    assert len(cost_kernel._BUILT) == cost_kernel.KEEP_BUILT
 
 
 @pytest.mark.parametrize("policy", ["goodput", "oracle", "sglang-ema"])
