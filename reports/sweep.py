@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from reports.sweep_grid import HASH_CHARS, GridAxis, SweepPoint
+from sim.engine.compiled_loop import load as load_compiled_loop
 from sim.errors import OutputError, SpecsimError
 from sim.output import atomic_write, check_output_folder, write_json, write_table, write_yaml
 from sim.pool import pool_worker_init
@@ -276,11 +277,13 @@ def _outcomes(
         yield from _dask_outcomes(points, base_dir, scheduler)
         return
     if workers <= 1:
+        if len(points) > 1:
+            load_compiled_loop()
         for point in points:
             yield run_point(point.point_id, point.document, base_dir)
         return
     executor = ProcessPoolExecutor(
-        max_workers=min(workers, len(points)), initializer=pool_worker_init
+        max_workers=min(workers, len(points)), initializer=point_worker_init
     )
     try:
         futures = [
@@ -290,6 +293,14 @@ def _outcomes(
             yield future.result()
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
+
+
+def point_worker_init() -> None:
+    """A local worker's start: it ignores Ctrl-C and ends with its parent
+    (:func:`sim.pool.pool_worker_init`), and loads the compiled loop once for all the points it
+    runs (:func:`sim.engine.compiled_loop.load`), however short each is."""
+    pool_worker_init()
+    load_compiled_loop()
 
 
 def _dask_outcomes(
