@@ -227,3 +227,22 @@ def test_points_on_the_loaded_compiled_loop_give_the_python_path_s_table(
     pd.testing.assert_frame_equal(
         frames[True].drop(columns=timing), frames[False].drop(columns=timing)
     )
+
+
+def test_the_warm_up_loads_what_forked_workers_inherit_and_never_raises(tmp_path: Path) -> None:
+    # Before a local pool forks, the parent runs the first point cut short on the compiled loop:
+    # the point's evaluator is then built in the parent, for the workers to inherit. A point
+    # that cannot run is left to its worker, which records why.
+    from dataclasses import replace
+
+    from sim.engine import cost_kernel, loop_kernel
+
+    if loop_kernel.compiled() is None:
+        pytest.skip("numba is not installed: only the Python path runs")
+    point = _points("workload.arrival.rate_per_s=2")[0]
+    cost_kernel._BUILT.clear()
+    sweep.warm_up(point, str(tmp_path))
+    assert len(cost_kernel._BUILT) == 1
+    broken = replace(point, document={**point.document, "model": "no-such-model"})
+    sweep.warm_up(broken, str(tmp_path))  # no exception
+    assert len(cost_kernel._BUILT) == 1
