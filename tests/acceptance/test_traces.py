@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import sim.acceptance.traces as traces_module
 from sim.acceptance.plan import Proposal
 from sim.acceptance.shipped_data import load_shipped_traces
 from sim.acceptance.traces import (
@@ -81,6 +82,11 @@ def test_chain_replay_totals_are_the_plan_walks_and_a_plain_walks(
             plain_tokens += emitted
             plain_steps += 1
     assert (tokens, steps) == (plain_tokens, plain_steps)
+    # Traces read anew (another build) find the totals remembered, under their contents.
+    copy = TraceSet(trace_set.acc_len.copy(), trace_set.offsets.copy(), "another read")
+    remembered = len(traces_module._REPLAY_TOTALS)
+    assert chain_replay_totals(copy, depth) == (tokens, steps)
+    assert len(traces_module._REPLAY_TOTALS) == remembered
     model = TraceReplayModel(trace_set)
     assert model.token_weighted_tau(depth) == float(
         np.sum(plan.accepted.astype(np.int64) + 1) / plan.accepted.size
