@@ -18,9 +18,11 @@ the experts a step touches, the fused-MoE fit) and the measured all-reduce (log-
 interpolation), and those depend on the step's padded token count, its logit rows and whether it
 replays a CUDA graph alone (a draft network's, on its tokens and logit rows). So the evaluator
 reads them from tables priced by the Python cost model itself: a grid of every whole token count
-up to the token budget by every logit-row count up to the batch's (filled 256 rows at a time,
-when a step first needs one of them: a run touches a few thousand distinct shapes), and for any
-other key a hash table filled on first use. Each value is priced in a contiguous numpy call as
+up to the token budget by every logit-row count up to the batch's (priced in blocks of 256 rows
+by 64 columns when a step first needs one of them, all the blocks a block of steps needs in one
+call; the grid starts as zero pages and takes memory only where it is priced, since a run
+touches a few thousand distinct shapes), and for any other key a hash table filled on first
+use. Each value is priced in a contiguous numpy call as
 the Python model prices a block, so it is the value that model gives. The records are then
 those of the Python path, bit for bit; ``tests/engine/test_cost_kernel.py`` checks it over random
 step shapes for every kind of node the catalogue ships, and over whole runs.
@@ -52,6 +54,7 @@ from sim.engine import cost_eval
 from sim.engine.cost_eval import (
     ATTENTION_KERNELS,
     ATTENTION_ROOFLINE,
+    COLUMNS_PER_FILL,
     DRAFT_GIVEN,
     DRAFT_NONE,
     FIRST_NET,
@@ -232,14 +235,21 @@ class LoweredCost:
         whole = keys[0] == np.floor(keys[0])
         step = keys[2] < FIRST_NET
         grid = self._linear_grid
-        inside = step & whole & (keys[0] < grid.shape[0]) & (keys[1] < grid.shape[1])
-        for chunk in np.unique(keys[0, inside].astype(np.int64) // ROWS_PER_FILL).tolist():
-            self._fill(grid, chunk, lambda n, c: self._leaves(n, c, np.zeros(len(n), bool))[0])
+        inside = step & whole & _within(grid, keys)
+        zero = np.zeros(keys.shape[1], dtype=np.bool_)
+        if inside.any():
+            zero[inside] = self._fill(
+                grid, keys[:2, inside], lambda n, c: self._leaves(n, c, np.zeros(len(n), bool))[0]
+            )
         first_grid = self._first_grid
-        first = (keys[2] == FIRST_NET) & whole
-        first &= (keys[0] < first_grid.shape[0]) & (keys[1] < first_grid.shape[1])
-        for chunk in np.unique(keys[0, first].astype(np.int64) // ROWS_PER_FILL).tolist():
-            self._fill(first_grid, chunk, lambda n, c: _network_linear(self._networks[0], n, c))
+        first = (keys[2] == FIRST_NET) & whole & _within(first_grid, keys)
+        if first.any():
+            zero[first] = self._fill(
+                first_grid, keys[:2, first], lambda n, c: _network_linear(self._networks[0], n, c)
+            )
+        # A key whose grid entry priced to 0.0 (which reads as not priced) goes to the table.
+        inside &= ~zero
+        first &= ~zero
         rest = ~inside & ~first
         if not rest.any():
             return
@@ -278,17 +288,43 @@ class LoweredCost:
 
     @staticmethod
     def _fill(
-        grid: FloatArray, chunk: int, price: Callable[[FloatArray, FloatArray], FloatArray]
-    ) -> None:
-        """Price rows ``[chunk·ROWS_PER_FILL, (chunk+1)·ROWS_PER_FILL)`` of ``grid`` (row: the
-        first argument, column: the second), in one contiguous call as the Python model prices
-        a block, so each value is the one it gives."""
-        start = chunk * ROWS_PER_FILL
-        stop = min(start + ROWS_PER_FILL, grid.shape[0])
-        columns = grid.shape[1]
-        rows = np.repeat(np.arange(start, stop, dtype=np.float64), columns)
-        cols = np.tile(np.arange(columns, dtype=np.float64), stop - start)
-        grid[start:stop] = price(rows, cols).reshape(stop - start, columns)
+        grid: FloatArray, cells: FloatArray, price: Callable[[FloatArray, FloatArray], FloatArray]
+    ) -> NDArray[np.bool_]:
+        """Price every block of ``grid`` (:data:`ROWS_PER_FILL` rows by :data:`COLUMNS_PER_FILL`
+        columns; row: the first argument of ``price``, column: the second) that holds one of
+        ``cells`` (rows of whole row and column indices), all in one contiguous call as the
+        Python model prices a block, so each value is the one it gives. Return which cells
+        priced to 0.0 (an entry the evaluator reads as not priced)."""
+        rows_of = cells[0].astype(np.int64)
+        columns_of = cells[1].astype(np.int64)
+        num_rows = grid.shape[1]
+        blocks = np.unique(
+            (rows_of // ROWS_PER_FILL) * grid.shape[0] + columns_of // COLUMNS_PER_FILL
+        )
+        spans = [
+            (
+                column_block,
+                row_block * ROWS_PER_FILL,
+                min((row_block + 1) * ROWS_PER_FILL, num_rows),
+            )
+            for row_block, column_block in (divmod(b, grid.shape[0]) for b in blocks.tolist())
+        ]
+        within = np.arange(COLUMNS_PER_FILL, dtype=np.float64)
+        rows = np.concatenate([
+            np.repeat(np.arange(r0, r1, dtype=np.float64), COLUMNS_PER_FILL) for _, r0, r1 in spans
+        ])  # fmt: skip
+        columns = np.concatenate([
+            np.tile(block * COLUMNS_PER_FILL + within, r1 - r0) for block, r0, r1 in spans
+        ])  # fmt: skip
+        values = price(rows, columns)
+        start = 0
+        for block, r0, r1 in spans:
+            stop = start + (r1 - r0) * COLUMNS_PER_FILL
+            grid[block, r0:r1] = values[start:stop].reshape(r1 - r0, COLUMNS_PER_FILL)
+            start = stop
+        return np.asarray(
+            grid[columns_of // COLUMNS_PER_FILL, rows_of, columns_of % COLUMNS_PER_FILL] == 0.0
+        )
 
     def _leaves(
         self, n: FloatArray, n_logits: FloatArray, graphed: NDArray[np.bool_]
@@ -309,12 +345,13 @@ class LoweredCost:
         return np.asarray(linear, dtype=np.float64), np.asarray(allreduce, dtype=np.float64)
 
     def _grids(self, max_tokens: int, max_logits: int) -> tuple[FloatArray, FloatArray]:
-        """The linear term at every whole (tokens, logit rows) up to the bounds (NaN until a
-        step needs its chunk of rows), and the all-reduce at every whole token count out of
-        and in a CUDA graph."""
+        """The linear term at every whole (tokens, logit rows) up to the bounds (0.0 until a
+        step needs its block; stored block column by block column, see
+        :data:`~sim.engine.cost_eval.COLUMNS_PER_FILL`), and the all-reduce at every whole
+        token count out of and in a CUDA graph."""
         if max_tokens <= 0 or max_logits <= 0:
-            return np.zeros((0, 0)), np.zeros((2, 0))
-        linear = np.full((max_tokens + 1, max_logits + 1), np.nan)
+            return _no_grid(), np.zeros((2, 0))
+        linear = _zero_grid(max_tokens + 1, max_logits + 1)
         tokens = np.arange(max_tokens + 1, dtype=np.float64)
         allreduce = np.empty((2, max_tokens + 1), dtype=np.float64)
         for graphed in (0, 1):
@@ -324,17 +361,17 @@ class LoweredCost:
 
     def _network_grids(self, max_new: int, max_seqs: int) -> tuple[FloatArray, FloatArray]:
         """The draft networks' linear terms at every whole (new tokens, sequences) of the
-        first forward (NaN until needed, as :meth:`_grids`) and every sequence count of each
+        first forward (0.0 until needed, as :meth:`_grids`) and every sequence count of each
         later forward."""
         if not self._networks or max_new <= 0 or max_seqs <= 0:
-            return np.zeros((0, 0)), np.zeros((0, 0))
+            return _no_grid(), np.zeros((0, 0))
         later = self._networks[1]
         columns = max_seqs + 1
         later_grid = np.empty((len(self._levels), columns), dtype=np.float64)
         for level, nodes in enumerate(self._levels):
             tokens = nodes * np.arange(columns, dtype=np.float64)
             later_grid[level] = _network_linear(later, tokens, tokens)
-        return np.full((max_new + 1, columns), np.nan), later_grid
+        return _zero_grid(max_new + 1, columns), later_grid
 
     def reference(
         self,
@@ -357,6 +394,23 @@ class LoweredCost:
 
 
 _EMPTY = np.zeros(1, dtype=np.float64)
+
+
+def _zero_grid(num_rows: int, num_columns: int) -> FloatArray:
+    """A grid of at least ``num_columns`` columns, stored block column by block column, every
+    entry 0.0 (not priced); ``np.zeros`` leaves its pages unmapped until a block is written, so
+    it takes memory only where it is priced."""
+    num_blocks = (num_columns + COLUMNS_PER_FILL - 1) // COLUMNS_PER_FILL
+    return np.zeros((num_blocks, num_rows, COLUMNS_PER_FILL), dtype=np.float64)
+
+
+def _no_grid() -> FloatArray:
+    return np.zeros((0, 0, COLUMNS_PER_FILL), dtype=np.float64)
+
+
+def _within(grid: FloatArray, keys: FloatArray) -> NDArray[np.bool_]:
+    """Which keys (rows: grid row, grid column) fall inside ``grid`` (see :func:`_zero_grid`)."""
+    return np.asarray((keys[0] < grid.shape[1]) & (keys[1] < grid.shape[0] * COLUMNS_PER_FILL))
 
 
 def _int64(values: Any) -> IntArray:

@@ -277,6 +277,39 @@ def test_a_table_that_grows_while_a_block_is_priced_is_read_anew(name: str) -> N
     assert len(lowered._table_used) > 4
 
 
+def test_a_grid_entry_priced_to_zero_is_read_from_the_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A grid starts as zero pages: 0.0 reads as "not priced". An entry that prices to 0.0 must
+    # then come from the table, or every step that needs it would hand back for ever. A step of
+    # 2,999 tokens (beyond the CUDA-graph sizes: its padded size is its own) with 5 logit rows.
+    _, with_grids, _ = _lowered("h100-dense")
+    lowered = cost_kernel.LoweredCost(
+        with_grids.cost_model, with_grids.drafter, with_grids.speculative, 3_000, 700, 300
+    )
+    real = lowered._leaves
+
+    def zero_at_2999(n: Any, n_logits: Any, graphed: Any) -> tuple[Any, Any]:
+        linear, allreduce = real(n, n_logits, graphed)
+        return np.where(n == 2_999, 0.0, linear), allreduce
+
+    monkeypatch.setattr(lowered, "_leaves", zero_at_2999)
+    one = np.array([1], dtype=np.int64)
+    work = DraftWork(*(np.zeros(1, dtype=np.int64) for _ in range(5)))
+    shape = (one, 2_999 * one, 5 * one, 3_000 * one, 2_999 * 3_000 * one, work)
+    total, parts = lowered.durations(*shape)
+    assert parts["linear_s"][0] == 0.0 and np.isfinite(total[0])
+    assert lowered._table_used.sum() == 1  # the zero entry went to the table
+    again, _ = lowered.durations(*shape)  # read from the table: nothing missing
+    assert np.array_equal(again, total)
+    neighbour, _ = lowered.durations(one, 2_998 * one, 5 * one, 3_000 * one, 2_998 * 3_000 * one,
+                                     work)  # fmt: skip
+    expected, _ = lowered.reference(
+        one, 2_998 * one, 5 * one, 3_000 * one, 2_998 * 3_000 * one, work
+    )
+    assert np.array_equal(neighbour, expected)  # its block's other entries are the model's
+
+
 def test_a_full_table_raises_instead_of_probing_for_ever() -> None:
     # The table is kept at most half full; should that ever break, a probe for a key that is
     # not there must stop after visiting every slot once and say so (it used to loop for ever,
