@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,11 +146,15 @@ def chain_replay_totals(traces: TraceSet, depth: int) -> tuple[int, int]:
     digest = hashlib.blake2b(np.ascontiguousarray(traces.acc_len).tobytes())
     digest.update(np.ascontiguousarray(traces.offsets, dtype=np.int64).tobytes())
     key = (digest.digest(), int(depth))
-    if key not in _REPLAY_TOTALS:
+    known = _REPLAY_TOTALS.get(key)
+    if known is not None:
+        return known
+    totals = _replay_totals(traces, depth)
+    with _REPLAY_LOCK:  # runs in threads of one process (a Dask worker's) share the memo
         if len(_REPLAY_TOTALS) >= KEEP_REPLAY_TOTALS:
             _REPLAY_TOTALS.pop(next(iter(_REPLAY_TOTALS)))
-        _REPLAY_TOTALS[key] = _replay_totals(traces, depth)
-    return _REPLAY_TOTALS[key]
+        _REPLAY_TOTALS[key] = totals
+    return totals
 
 
 #: :func:`chain_replay_totals` of the trace sets and depths seen in this process, by a digest of
@@ -158,6 +163,7 @@ def chain_replay_totals(traces: TraceSet, depth: int) -> tuple[int, int]:
 _REPLAY_TOTALS: dict[tuple[bytes, int], tuple[int, int]] = {}
 #: Entries kept in :data:`_REPLAY_TOTALS` (the oldest goes first).
 KEEP_REPLAY_TOTALS = 64
+_REPLAY_LOCK = threading.Lock()
 
 
 def _replay_totals(traces: TraceSet, depth: int) -> tuple[int, int]:

@@ -42,6 +42,7 @@ Python path. Without numba likewise.
 from __future__ import annotations
 
 import pickle
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -442,7 +443,10 @@ def lower(
         or cost_model._state_s_per_seq != 0.0
     ):
         return None
-    key = _reuse_key(cost_model, drafter, speculative, (max_tokens, max_logits, max_seqs))
+    state = _reuse_key(cost_model, drafter, speculative, (max_tokens, max_logits, max_seqs))
+    # Shared within a thread only: runs in threads of one process (a Dask worker's) would
+    # price into one table at once.
+    key = None if state is None else (threading.get_ident(), state)
     lowered = _BUILT.get(key) if key is not None else None
     if lowered is not None:
         _BUILT.move_to_end(key)  # type: ignore[arg-type]
@@ -457,11 +461,11 @@ def lower(
     return lowered
 
 
-#: Evaluators built in this process, by everything they read (:func:`_reuse_key`), the most
-#: recently used last: the runs of a sweep or a plan that price steps alike share one, whose
-#: grids and table are then priced once per worker, not once per run. Each holds grids of up to
-#: 32 MB, so only the last few are kept.
-_BUILT: OrderedDict[bytes, LoweredCost] = OrderedDict()
+#: Evaluators built in this process, by thread and everything they read (:func:`_reuse_key`),
+#: the most recently used last: the runs of a sweep or a plan that price steps alike share one,
+#: whose grids and table are then priced once per worker, not once per run. Each holds the
+#: blocks of its grids priced so far, so only the last few are kept.
+_BUILT: OrderedDict[tuple[int, bytes], LoweredCost] = OrderedDict()
 #: Evaluators kept in :data:`_BUILT` (a plan's three methods and one more).
 KEEP_BUILT = 4
 

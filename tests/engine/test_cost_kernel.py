@@ -438,6 +438,23 @@ def test_runs_that_price_alike_share_one_evaluator_and_keep_their_records() -> N
     assert len(cost_kernel._BUILT) == cost_kernel.KEEP_BUILT
 
 
+def test_runs_in_other_threads_get_evaluators_of_their_own() -> None:
+    # Runs in threads of one process (a Dask worker's) would price into one table at once:
+    # an evaluator is shared within its thread only.
+    import threading
+
+    _, with_grids, _ = _lowered("h100-dense")
+    args = (with_grids.cost_model, with_grids.drafter, with_grids.speculative, 100, 50, 20)
+    cost_kernel._BUILT.clear()
+    here = cost_kernel.lower(*args)
+    assert cost_kernel.lower(*args) is here
+    there: list[Any] = []
+    thread = threading.Thread(target=lambda: there.append(cost_kernel.lower(*args)))
+    thread.start()
+    thread.join()
+    assert there[0] is not None and there[0] is not here
+
+
 @pytest.mark.parametrize("policy", ["goodput", "oracle", "sglang-ema"])
 def test_identical_records_when_a_policy_chooses_k(policy: str) -> None:
     # The goodput and EMA policies change k between steps, the oracle between the sequences of
