@@ -287,7 +287,9 @@ def _outcomes(
         for point in points:
             yield run_point(point.point_id, point.document, base_dir)
         return
-    if multiprocessing.get_start_method() == "fork":
+    # The method the pool starts its workers by (the platform's first unless one was set).
+    method = multiprocessing.get_start_method(allow_none=True)
+    if (method or multiprocessing.get_all_start_methods()[0]) == "fork":
         warm_up(points[0], base_dir)
     executor = ProcessPoolExecutor(
         max_workers=min(workers, len(points)), initializer=point_worker_init
