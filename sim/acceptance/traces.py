@@ -46,6 +46,7 @@ from sim.acceptance.plan import (
     check_decode_tokens,
     offsets_from_counts,
 )
+from sim.acceptance.trace_chains import chain_plan
 from sim.acceptance.tree import SIBLING_DECAY, rescue_probabilities
 from sim.errors import CalibrationError, ScenarioError
 from sim.inputs import InputError, read_text
@@ -301,12 +302,27 @@ class TraceReplayModel(AcceptanceModel):
         rng: np.random.Generator,
         trace_keys: np.ndarray | None = None,
     ) -> AcceptancePlan:
-        """Walk every request's trace in lockstep: one vectorised pass per step index.
+        """Each request replays its trace: a chain's steps are read off each trace's walk
+        (:func:`~sim.acceptance.trace_chains.chain_plan`), a tree's are walked in lockstep, one
+        vectorised pass per step index (:meth:`walked_plan`); the two give a chain the same
+        plan.
 
         Raise ScenarioError if ``trace_keys`` has the wrong shape or an index out of range.
         """
         needed = check_decode_tokens(num_decode_tokens)
         keys = self._keys(needed.size, trace_keys, rng)
+        if not proposal.is_tree:
+            return chain_plan(
+                self.traces.acc_len, self.traces.offsets, keys, needed, proposal,
+                self.miss_probability, rng,
+            )  # fmt: skip
+        return self.walked_plan(needed, keys, proposal, rng)
+
+    def walked_plan(
+        self, needed: np.ndarray, keys: np.ndarray, proposal: Proposal, rng: np.random.Generator
+    ) -> AcceptancePlan:
+        """The plan of requests replaying traces ``keys`` for ``needed`` decode tokens, every
+        request's trace walked in lockstep, one vectorised pass per step index."""
         base = self.traces.offsets[keys]
         length = self.traces.lengths[keys]
         rescue = np.zeros(max(proposal.depth, 1))

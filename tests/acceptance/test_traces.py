@@ -93,6 +93,46 @@ def test_chain_replay_totals_are_the_plan_walks_and_a_plain_walks(
     )
 
 
+def _same_plans(model: TraceReplayModel, needed: np.ndarray, depth: int, seed: int) -> None:
+    # The chain plan read off each trace's walk against the lockstep walk of every request:
+    # the same arrays, and the generator left in the same state (the misses drawn alike).
+    fast_rng, walk_rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    fast = model.plan(needed, Proposal.chain(depth), fast_rng)
+    keys = model._keys(needed.size, None, walk_rng)
+    walked = model.walked_plan(needed, keys, Proposal.chain(depth), walk_rng)
+    for name in ("offsets", "proposed", "accepted"):
+        assert np.array_equal(getattr(fast, name), getattr(walked, name)), name
+        assert getattr(fast, name).dtype == getattr(walked, name).dtype, name
+    assert fast_rng.random() == walk_rng.random()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    traces=st.lists(st.lists(st.integers(1, 9), min_size=1, max_size=30), min_size=1, max_size=6),
+    needed=st.lists(st.integers(0, 120), min_size=1, max_size=40),
+    depth=st.integers(1, 8),
+    ngram=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_a_chain_plan_read_off_each_trace_s_walk_is_the_lockstep_walk_s(
+    traces: list[list[int]], needed: list[int], depth: int, ngram: bool, seed: int
+) -> None:
+    # Requests longer than their trace wrap; n-gram's misses draw from the generator.
+    trace_set = TraceSet.from_lists(traces, "synthetic")
+    model = TraceReplayModel(trace_set, field="acc_ngram" if ngram else "acc_eagle")
+    if ngram:
+        model.miss_probability = 0.5
+    _same_plans(model, np.array(needed, dtype=np.int64), depth, seed)
+
+
+@pytest.mark.parametrize("field", ["acc_eagle", "acc_ngram"])
+def test_the_shipped_traces_chain_plans_are_the_lockstep_walk_s(field: str) -> None:
+    model = TraceReplayModel(load_shipped_traces("llama-3.1-8b/sharegpt", field), field=field)
+    needed = np.random.default_rng(3).integers(0, 1_500, size=2_000)
+    for depth in (1, 3, 5):
+        _same_plans(model, needed, depth, seed=depth)
+
+
 @needs_shared
 def test_published_examples_of_the_trace_readme() -> None:
     sharegpt = TraceReplayModel(load_shipped_traces("llama-3.1-8b/sharegpt", "acc_eagle"))
