@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.step_stats import ExactSum
+from sim.exact_sum import ExactSum
 
 FINITE = st.floats(allow_nan=False, allow_infinity=False, width=64)
 #: Values at a few scales, so that cancellations and ties of the last bit occur.

@@ -41,29 +41,25 @@ Python path. Without numba likewise.
 
 from __future__ import annotations
 
-import pickle
 import threading
-from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from sim.cost_model import StepCostModel, StepShape
-from sim.engine import cost_eval
+from sim.engine import cost_eval, cost_sharing
 from sim.engine.cost_eval import (
     ATTENTION_KERNELS,
     ATTENTION_ROOFLINE,
-    COLUMNS_PER_FILL,
     DRAFT_GIVEN,
     DRAFT_NONE,
     FIRST_NET,
     LATER_NET,
     NET_TERMS,
     ROWS,
-    ROWS_PER_FILL,
 )
+from sim.engine.cost_grids import fill_blocks, no_grid, within, zero_grid
 from sim.engine.cost_terms import (
     _chain_by_k,
     _draft_terms,
@@ -236,16 +232,16 @@ class LoweredCost:
         whole = keys[0] == np.floor(keys[0])
         step = keys[2] < FIRST_NET
         grid = self._linear_grid
-        inside = step & whole & _within(grid, keys)
+        inside = step & whole & within(grid, keys)
         zero = np.zeros(keys.shape[1], dtype=np.bool_)
         if inside.any():
-            zero[inside] = self._fill(
+            zero[inside] = fill_blocks(
                 grid, keys[:2, inside], lambda n, c: self._leaves(n, c, np.zeros(len(n), bool))[0]
             )
         first_grid = self._first_grid
-        first = (keys[2] == FIRST_NET) & whole & _within(first_grid, keys)
+        first = (keys[2] == FIRST_NET) & whole & within(first_grid, keys)
         if first.any():
-            zero[first] = self._fill(
+            zero[first] = fill_blocks(
                 first_grid, keys[:2, first], lambda n, c: _network_linear(self._networks[0], n, c)
             )
         # A key whose grid entry priced to 0.0 (which reads as not priced) goes to the table.
@@ -287,46 +283,6 @@ class LoweredCost:
     def _table(self) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
         return self._table_keys, self._table_values, self._table_used
 
-    @staticmethod
-    def _fill(
-        grid: FloatArray, cells: FloatArray, price: Callable[[FloatArray, FloatArray], FloatArray]
-    ) -> NDArray[np.bool_]:
-        """Price every block of ``grid`` (:data:`ROWS_PER_FILL` rows by :data:`COLUMNS_PER_FILL`
-        columns; row: the first argument of ``price``, column: the second) that holds one of
-        ``cells`` (rows of whole row and column indices), all in one contiguous call as the
-        Python model prices a block, so each value is the one it gives. Return which cells
-        priced to 0.0 (an entry the evaluator reads as not priced)."""
-        rows_of = cells[0].astype(np.int64)
-        columns_of = cells[1].astype(np.int64)
-        num_rows = grid.shape[1]
-        blocks = np.unique(
-            (rows_of // ROWS_PER_FILL) * grid.shape[0] + columns_of // COLUMNS_PER_FILL
-        )
-        spans = [
-            (
-                column_block,
-                row_block * ROWS_PER_FILL,
-                min((row_block + 1) * ROWS_PER_FILL, num_rows),
-            )
-            for row_block, column_block in (divmod(b, grid.shape[0]) for b in blocks.tolist())
-        ]
-        within = np.arange(COLUMNS_PER_FILL, dtype=np.float64)
-        rows = np.concatenate([
-            np.repeat(np.arange(r0, r1, dtype=np.float64), COLUMNS_PER_FILL) for _, r0, r1 in spans
-        ])  # fmt: skip
-        columns = np.concatenate([
-            np.tile(block * COLUMNS_PER_FILL + within, r1 - r0) for block, r0, r1 in spans
-        ])  # fmt: skip
-        values = price(rows, columns)
-        start = 0
-        for block, r0, r1 in spans:
-            stop = start + (r1 - r0) * COLUMNS_PER_FILL
-            grid[block, r0:r1] = values[start:stop].reshape(r1 - r0, COLUMNS_PER_FILL)
-            start = stop
-        return np.asarray(
-            grid[columns_of // COLUMNS_PER_FILL, rows_of, columns_of % COLUMNS_PER_FILL] == 0.0
-        )
-
     def _leaves(
         self, n: FloatArray, n_logits: FloatArray, graphed: NDArray[np.bool_]
     ) -> tuple[FloatArray, FloatArray]:
@@ -351,8 +307,8 @@ class LoweredCost:
         :data:`~sim.engine.cost_eval.COLUMNS_PER_FILL`), and the all-reduce at every whole
         token count out of and in a CUDA graph."""
         if max_tokens <= 0 or max_logits <= 0:
-            return _no_grid(), np.zeros((2, 0))
-        linear = _zero_grid(max_tokens + 1, max_logits + 1)
+            return no_grid(), np.zeros((2, 0))
+        linear = zero_grid(max_tokens + 1, max_logits + 1)
         tokens = np.arange(max_tokens + 1, dtype=np.float64)
         allreduce = np.empty((2, max_tokens + 1), dtype=np.float64)
         for graphed in (0, 1):
@@ -365,14 +321,14 @@ class LoweredCost:
         first forward (0.0 until needed, as :meth:`_grids`) and every sequence count of each
         later forward."""
         if not self._networks or max_new <= 0 or max_seqs <= 0:
-            return _no_grid(), np.zeros((0, 0))
+            return no_grid(), np.zeros((0, 0))
         later = self._networks[1]
         columns = max_seqs + 1
         later_grid = np.empty((len(self._levels), columns), dtype=np.float64)
         for level, nodes in enumerate(self._levels):
             tokens = nodes * np.arange(columns, dtype=np.float64)
             later_grid[level] = _network_linear(later, tokens, tokens)
-        return _zero_grid(max_new + 1, columns), later_grid
+        return zero_grid(max_new + 1, columns), later_grid
 
     def reference(
         self,
@@ -395,23 +351,6 @@ class LoweredCost:
 
 
 _EMPTY = np.zeros(1, dtype=np.float64)
-
-
-def _zero_grid(num_rows: int, num_columns: int) -> FloatArray:
-    """A grid of at least ``num_columns`` columns, stored block column by block column, every
-    entry 0.0 (not priced); ``np.zeros`` leaves its pages unmapped until a block is written, so
-    it takes memory only where it is priced."""
-    num_blocks = (num_columns + COLUMNS_PER_FILL - 1) // COLUMNS_PER_FILL
-    return np.zeros((num_blocks, num_rows, COLUMNS_PER_FILL), dtype=np.float64)
-
-
-def _no_grid() -> FloatArray:
-    return np.zeros((0, 0, COLUMNS_PER_FILL), dtype=np.float64)
-
-
-def _within(grid: FloatArray, keys: FloatArray) -> NDArray[np.bool_]:
-    """Which keys (rows: grid row, grid column) fall inside ``grid`` (see :func:`_zero_grid`)."""
-    return np.asarray((keys[0] < grid.shape[1]) & (keys[1] < grid.shape[0] * COLUMNS_PER_FILL))
 
 
 def _int64(values: Any) -> IntArray:
@@ -443,50 +382,21 @@ def lower(
         or cost_model._state_s_per_seq != 0.0
     ):
         return None
-    state = _reuse_key(cost_model, drafter, speculative, (max_tokens, max_logits, max_seqs))
+    state = cost_sharing.reuse_key(
+        cost_model, drafter, speculative, (max_tokens, max_logits, max_seqs)
+    )
     # Shared within a thread only: runs in threads of one process (a Dask worker's) would
     # price into one table at once.
     key = None if state is None else (threading.get_ident(), state)
-    lowered = _BUILT.get(key) if key is not None else None
+    lowered = cost_sharing.BUILT.get(key) if key is not None else None
     if lowered is not None:
-        _BUILT.move_to_end(key)  # type: ignore[arg-type]
+        cost_sharing.BUILT.move_to_end(key)  # type: ignore[arg-type]
         # Entries priced from now on come from this run's model (of the same state).
         lowered.cost_model, lowered.drafter = cost_model, drafter
         return lowered
     lowered = LoweredCost(cost_model, drafter, speculative, max_tokens, max_logits, max_seqs)
     if key is not None:
-        _BUILT[key] = lowered
-        while len(_BUILT) > KEEP_BUILT:
-            _BUILT.popitem(last=False)
+        cost_sharing.BUILT[key] = lowered
+        while len(cost_sharing.BUILT) > cost_sharing.KEEP_BUILT:
+            cost_sharing.BUILT.popitem(last=False)
     return lowered
-
-
-#: Evaluators built in this process, by thread and everything they read (:func:`_reuse_key`),
-#: the most recently used last: the runs of a sweep or a plan that price steps alike share one,
-#: whose grids and table are then priced once per worker, not once per run. Each holds the
-#: blocks of its grids priced so far, so only the last few are kept.
-_BUILT: OrderedDict[tuple[int, bytes], LoweredCost] = OrderedDict()
-#: Evaluators kept in :data:`_BUILT` (a plan's three methods and one more).
-KEEP_BUILT = 4
-
-
-def _reuse_key(
-    cost_model: StepCostModel, drafter: Drafter, speculative: bool, bounds: tuple[int, int, int]
-) -> bytes | None:
-    """The state an evaluator's prices depend on, as bytes: the cost model pickled whole (its
-    coefficients, host terms and measured tables), the grids' bounds and what
-    :class:`LoweredCost` reads from the drafter (its drafting terms, draft networks pickled
-    whole, tree levels, a policy's chains). Two evaluators of equal keys price every step alike:
-    each value is the Python model's for the same state. None for a drafter that prices its own
-    time (read per call) or a model that cannot be pickled: such an evaluator is not shared."""
-    chain = _chain_by_k(drafter) if speculative else None
-    source = drafter if chain is None else chain[0]
-    form, draft, networks = _draft_terms(source) if speculative else (DRAFT_NONE, (), [])
-    if form == DRAFT_GIVEN:
-        return None
-    levels = list(source.level_nodes) if networks else []  # type: ignore[union-attr]
-    state = (cost_model, speculative, bounds, form, draft, networks, levels, chain and chain[1:])
-    try:
-        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError):
-        return None

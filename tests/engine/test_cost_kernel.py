@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine import cost_eval, cost_kernel
+from sim.engine import cost_eval, cost_kernel, cost_sharing
 from sim.engine.drafter import DraftWork
 from sim.errors import InvariantError, SpecsimError
 from sim.run import REQUEST_COLUMNS, build_simulation, execute
@@ -416,11 +416,11 @@ def test_runs_that_price_alike_share_one_evaluator_and_keep_their_records() -> N
         result, core = _run_scenario(document, "shared", compiled_cost=True)
         return result, core._lowered
 
-    cost_kernel._BUILT.clear()
+    cost_sharing.BUILT.clear()
     _, first = run(base)
     shared_result, shared = run({**base, "seed": base.get("seed", 0) + 1})
     assert shared is first
-    cost_kernel._BUILT.clear()
+    cost_sharing.BUILT.clear()
     fresh_result, fresh = run({**base, "seed": base.get("seed", 0) + 1})
     assert fresh is not first
     _assert_identical(shared_result.steps, fresh_result.steps)
@@ -433,9 +433,9 @@ def test_runs_that_price_alike_share_one_evaluator_and_keep_their_records() -> N
     assert other is not fresh
     _, again = run({**base, "seed": base.get("seed", 0) + 2})
     assert again is fresh  # the other node's evaluator did not push this one out
-    for extra in range(cost_kernel.KEEP_BUILT + 1):
+    for extra in range(cost_sharing.KEEP_BUILT + 1):
         run({**base, "engine": {**engine, "step_overhead_s": 0.005 + extra / 1000}})
-    assert len(cost_kernel._BUILT) == cost_kernel.KEEP_BUILT
+    assert len(cost_sharing.BUILT) == cost_sharing.KEEP_BUILT
 
 
 def test_runs_in_other_threads_get_evaluators_of_their_own() -> None:
@@ -445,7 +445,7 @@ def test_runs_in_other_threads_get_evaluators_of_their_own() -> None:
 
     _, with_grids, _ = _lowered("h100-dense")
     args = (with_grids.cost_model, with_grids.drafter, with_grids.speculative, 100, 50, 20)
-    cost_kernel._BUILT.clear()
+    cost_sharing.BUILT.clear()
     here = cost_kernel.lower(*args)
     assert cost_kernel.lower(*args) is here
     there: list[Any] = []

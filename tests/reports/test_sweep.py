@@ -235,14 +235,14 @@ def test_the_warm_up_loads_what_forked_workers_inherit_and_never_raises(tmp_path
     # that cannot run is left to its worker, which records why.
     from dataclasses import replace
 
-    from sim.engine import cost_kernel, loop_kernel
+    from sim.engine import cost_sharing, loop_kernel
 
     if loop_kernel.compiled() is None:
         pytest.skip("numba is not installed: only the Python path runs")
     point = _points("workload.arrival.rate_per_s=2")[0]
-    cost_kernel._BUILT.clear()
+    cost_sharing.BUILT.clear()
     sweep.warm_up(point, str(tmp_path))
-    assert len(cost_kernel._BUILT) == 1
+    assert len(cost_sharing.BUILT) == 1
     broken = replace(point, document={**point.document, "model": "no-such-model"})
     sweep.warm_up(broken, str(tmp_path))  # no exception
-    assert len(cost_kernel._BUILT) == 1
+    assert len(cost_sharing.BUILT) == 1
