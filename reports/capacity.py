@@ -51,6 +51,7 @@ from reports.probes import (
 from reports.rate_search import RateSearch
 from reports.stability import MAX_OVERLOAD, MIN_TREND, Target
 from reports.worker_pool import StickyPool
+from sim.engine.compiled_loop import load as load_compiled_loop
 from sim.errors import ScenarioError, SpecsimError
 from sim.scenario import Scenario, validate_document
 
@@ -64,8 +65,9 @@ Task = tuple[dict[str, Any], str, str, list[Target]]
 
 def make_executor(workers: int) -> StickyPool:
     """``workers`` local processes that ignore Ctrl-C (the parent decides) and keep each seed's
-    paused run for its next stage, or inline for 1."""
-    return StickyPool(max(1, workers))
+    paused run for its next stage, or inline for 1; each loads the compiled loop once for all
+    its probes (:func:`sim.engine.compiled_loop.load`)."""
+    return StickyPool(max(1, workers), initializer=load_compiled_loop)
 
 
 def _to_confirm(plan: MethodPlan) -> Probe | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -21,11 +22,12 @@ import numpy as np
 import pandas as pd
 
 from reports.sweep_grid import HASH_CHARS, GridAxis, SweepPoint
+from sim.engine.compiled_loop import load as load_compiled_loop
 from sim.errors import OutputError, SpecsimError
 from sim.output import atomic_write, check_output_folder, write_json, write_table, write_yaml
 from sim.pool import pool_worker_init
 from sim.results import save_result
-from sim.run import ScenarioResult, run_scenario
+from sim.run import ScenarioResult, build_simulation, execute, run_scenario
 from sim.run_folder import SUMMARY_FILE, RunFolder
 from sim.scenario import validate_document
 from sim.summary import Summary
@@ -47,6 +49,10 @@ class PointOutcome:
     error: str | None
     #: The run in ``vllm bench serve``'s keys, computed before the step records are dropped.
     vllm_bench: dict[str, Any] | None = None
+
+
+#: Requests of the warm-up run (:func:`warm_up`).
+WARM_UP_REQUESTS = 20
 
 
 def run_point(point_id: str, document: dict[str, Any], base_dir: str) -> PointOutcome:
@@ -276,11 +282,17 @@ def _outcomes(
         yield from _dask_outcomes(points, base_dir, scheduler)
         return
     if workers <= 1:
+        if len(points) > 1:
+            load_compiled_loop()
         for point in points:
             yield run_point(point.point_id, point.document, base_dir)
         return
+    # The method the pool starts its workers by (the platform's first unless one was set).
+    method = multiprocessing.get_start_method(allow_none=True)
+    if (method or multiprocessing.get_all_start_methods()[0]) == "fork":
+        warm_up(points[0], base_dir)
     executor = ProcessPoolExecutor(
-        max_workers=min(workers, len(points)), initializer=pool_worker_init
+        max_workers=min(workers, len(points)), initializer=point_worker_init
     )
     try:
         futures = [
@@ -290,6 +302,34 @@ def _outcomes(
             yield future.result()
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
+
+
+def warm_up(point: SweepPoint, base_dir: str) -> None:
+    """Run ``point`` cut to :data:`WARM_UP_REQUESTS` requests on the compiled loop, here, before
+    the workers fork from this process: each then starts with the loop's machine code, the
+    shipped data and the point's cost evaluator loaded (some 0.7 s of CPU a worker loading them
+    itself). Nothing is kept of the run; a point that cannot run so short is left to its worker,
+    which reports what is wrong with it."""
+    if not load_compiled_loop():
+        return
+    workload = {**point.document.get("workload", {}), "num_requests": WARM_UP_REQUESTS}
+    try:
+        scenario = validate_document({**point.document, "workload": workload}, "warm-up")
+        if scenario.fleet is not None:  # a fleet's replicas keep the Python path
+            return
+        simulation = build_simulation(scenario, Path(base_dir), step_records="summary")
+        simulation.core.compiled_loop_min_requests = 0
+        execute(simulation)
+    except Exception:  # the point's own run records it (run_point), traceback too
+        return
+
+
+def point_worker_init() -> None:
+    """A local worker's start: it ignores Ctrl-C and ends with its parent
+    (:func:`sim.pool.pool_worker_init`), and loads the compiled loop once for all the points it
+    runs (:func:`sim.engine.compiled_loop.load`), however short each is."""
+    pool_worker_init()
+    load_compiled_loop()
 
 
 def _dask_outcomes(

@@ -9,8 +9,10 @@ Results depend only on each key's sequence of tasks, never on which worker ran t
 workers there are. With one worker the tasks run in the calling process, at submission.
 
 Workers are started with :func:`sim.pool.pool_worker_init`: they ignore Ctrl-C and end with
-their parent. A task's exception is raised by its future; a worker that dies fails the futures
-of its unfinished tasks with :class:`concurrent.futures.process.BrokenProcessPool`.
+their parent; then the pool's ``initializer`` runs in each (in the calling process with one
+worker), as a plan's loads the compiled loop once for all its probes. A task's exception is
+raised by its future; a worker that dies fails the futures of its unfinished tasks with
+:class:`concurrent.futures.process.BrokenProcessPool`.
 """
 
 from __future__ import annotations
@@ -49,9 +51,13 @@ def _call(store: dict[Hashable, Slot], key: Hashable | None, fn: Callable[..., A
             store.pop(key, None)
 
 
-def _serve(tasks: Connection, results: Connection) -> None:
+def _serve(
+    tasks: Connection, results: Connection, initializer: Callable[[], Any] | None = None
+) -> None:
     """A worker's loop: run each task with its slot and send back its result or exception."""
     pool_worker_init()
+    if initializer is not None:
+        initializer()
     store: dict[Hashable, Slot] = {}
     while True:
         try:
@@ -84,12 +90,13 @@ class _Worker:
 
 
 class StickyPool(Executor):
-    """``workers`` local processes; a keyed task runs where its key ran before.
+    """``workers`` local processes; a keyed task runs where its key ran before. ``initializer``
+    runs once in each worker before its first task (with one worker, here).
 
     Raise ValueError if ``workers`` < 1.
     """
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, initializer: Callable[[], Any] | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self._store: dict[Hashable, Slot] = {}  # the inline case's slots
@@ -100,12 +107,16 @@ class StickyPool(Executor):
         self._workers: list[_Worker] = []
         self._closed = False
         if workers == 1:
+            if initializer is not None:
+                initializer()
             return
         context = multiprocessing.get_context()
         for _ in range(workers):
             task_out, task_in = context.Pipe(duplex=False)
             result_out, result_in = context.Pipe(duplex=False)
-            process = context.Process(target=_serve, args=(task_out, result_in), daemon=True)
+            process = context.Process(
+                target=_serve, args=(task_out, result_in, initializer), daemon=True
+            )
             process.start()
             task_out.close()
             result_in.close()

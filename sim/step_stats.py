@@ -3,9 +3,9 @@
 A run's step records may be held in memory (:class:`MemorySteps`) or already written to disk as
 they were made (:class:`StepFile`: Parquet row groups or CSV). Either is read chunk by chunk, and
 every figure is computed so that the chunking cannot change it: integer sums and counts, maxima,
-exactly rounded float sums (``math.fsum`` over the whole stream) and percentiles found by exact
-selection. A run held in memory and the same run streamed to disk thus give the same summary, bit
-for bit, whatever the chunk sizes.
+exactly rounded float sums (:class:`ExactSum`: ``math.fsum``'s result over the whole stream) and
+percentiles found by exact selection. A run held in memory and the same run streamed to disk
+thus give the same summary, bit for bit, whatever the chunk sizes.
 
 Percentiles of the inter-token latency (ITL) need the order statistics of up to some 10^8
 weighted samples. :func:`select_ranks` finds the value at given ranks of the expanded multiset
@@ -17,7 +17,6 @@ samples they are collected and sorted. Three passes are typical, memory is one c
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,8 @@ from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
+
+from sim.exact_sum import ExactSum
 
 FloatArray = NDArray[np.float64]
 #: Rows read per chunk.
@@ -235,12 +236,11 @@ class ItlSample:
     def sum_ms(self, shift_ms: float = 0.0, power: int = 1) -> float:
         """``sum(weight * (value_ms - shift_ms) ** power)``, exactly rounded (``math.fsum``)."""
 
-        def terms() -> Iterator[float]:
-            for values, weights in self.chunks():
-                deviation = values * 1e3 - shift_ms if shift_ms else values * 1e3
-                yield from ((deviation**power if power != 1 else deviation) * weights).tolist()
-
-        return math.fsum(terms())
+        total = ExactSum()
+        for values, weights in self.chunks():
+            deviation = values * 1e3 - shift_ms if shift_ms else values * 1e3
+            total.add((deviation**power if power != 1 else deviation) * weights)
+        return total.value()
 
     def percentiles_ms(self, total: int, qs: tuple[float, ...]) -> list[float]:
         """Percentiles (linear interpolation between order statistics, as

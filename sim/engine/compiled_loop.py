@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 
-__all__ = ["DONE", "FULL", "MISSING", "PYTHON", "CompiledLoop", "for_node"]
+__all__ = ["DONE", "FULL", "MISSING", "PYTHON", "CompiledLoop", "for_node", "load"]
 
 #: Requests a run needs before it loads the loop, unless the loop is loaded already in the
 #: process: loading numba and the loop's machine code and building the cost evaluator's tables
@@ -290,6 +290,15 @@ class CompiledLoop:
             core.recorder.add_irregular_itl_at(
                 self._itl_values[:num_itl].copy(), self._itl_at[:num_itl].copy()
             )
+
+
+def load() -> bool:
+    """Load the compiled loop in this process (numba imported now, the machine code read from
+    its disk cache at the first run), so that every run it applies to takes it from then on,
+    however few its requests (:data:`MIN_REQUESTS` counts only while it is not loaded): for a
+    worker process that runs many simulations, such as a sweep's or a plan's. Return whether
+    it is available (False without numba)."""
+    return compiled() is not None
 
 
 def for_node(

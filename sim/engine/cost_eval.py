@@ -32,8 +32,13 @@ DRAFT_NONE, DRAFT_CPU, DRAFT_GIVEN, DRAFT_NETWORKS = 0, 1, 2, 3
 #: Table keys of the draft networks' linear terms: (tokens, logit rows, FIRST_NET or LATER_NET).
 FIRST_NET, LATER_NET = 2.0, 3.0
 
-#: Rows of a grid priced at once when a step first needs one of them.
+#: Rows of a grid block priced at once when a step first needs one of its entries.
 ROWS_PER_FILL = 256
+#: Columns of a grid block: a grid is stored block column by block column, ``grid[column //
+#: COLUMNS_PER_FILL, row, column % COLUMNS_PER_FILL]``, so that a block's entries share memory
+#: pages and a grid takes memory only where it was priced (it starts as zero pages: an entry
+#: not priced yet reads 0.0; the rare entry priced to 0.0 is kept in the table instead).
+COLUMNS_PER_FILL = 64
 
 #: Terms of one draft network in ``nets`` (``cost_terms._network_terms``), per network.
 NET_TERMS = 6
@@ -114,13 +119,18 @@ def evaluate(
         # Whole token counts within the dense grid are read from it, others from the table.
         row = int(n)
         column = int(n_logits)
-        dense = row == n and row < linear_grid.shape[0] and column < linear_grid.shape[1]
-        linear = linear_grid[row, column] if dense else 0.0
-        # A grid entry not priced yet is NaN (no cost is).
-        slot = -1
+        dense = (
+            row == n
+            and row < linear_grid.shape[1]
+            and column < linear_grid.shape[0] * COLUMNS_PER_FILL
+        )
+        linear = 0.0
         if dense:
-            found = linear == linear
-        else:
+            linear = linear_grid[column // COLUMNS_PER_FILL, row, column % COLUMNS_PER_FILL]
+        # A grid entry reads 0.0 until it is priced (then a priced 0.0 is in the table).
+        slot = -1
+        found = dense and linear != 0.0
+        if not found:
             slot = _probe(table_keys, table_used, n, n_logits, key[2])
             found = bool(table_used[slot])
         if not found:
@@ -163,16 +173,25 @@ def evaluate(
                 # The grids hold every whole (new tokens, sequences) of the first forward and
                 # every sequence count of each later one; others are in the table.
                 f_seqs = int(seqs)
+                f_linear = 0.0
                 if f == 0:
                     f_row = int(new)
-                    in_grid = f_row < first_grid.shape[0] and f_seqs < first_grid.shape[1]
-                    f_linear = first_grid[f_row, f_seqs] if in_grid else 0.0
+                    in_grid = (
+                        f_row < first_grid.shape[1]
+                        and f_seqs < first_grid.shape[0] * COLUMNS_PER_FILL
+                    )
+                    if in_grid:
+                        f_block, f_column = f_seqs // COLUMNS_PER_FILL, f_seqs % COLUMNS_PER_FILL
+                        f_linear = first_grid[f_block, f_row, f_column]
+                    # Not priced yet while it reads 0.0 (a priced 0.0 is in the table).
+                    in_grid = in_grid and f_linear != 0.0
                 else:
                     in_grid = f_seqs < later_grid.shape[1]
-                    f_linear = later_grid[f - 1, f_seqs] if in_grid else 0.0
-                if not in_grid or f_linear != f_linear:
+                    if in_grid:
+                        f_linear = later_grid[f - 1, f_seqs]
+                if not in_grid:
                     f_slot = _probe(table_keys, table_used, f_tokens, f_logits, which)
-                    if not in_grid and table_used[f_slot]:
+                    if table_used[f_slot]:
                         f_linear = table_values[f_slot, 0]
                     else:
                         missing[0, num_missing] = f_tokens
@@ -213,7 +232,7 @@ def evaluate(
             draft = (fixed_draft + seconds) * (1.0 if drafting else 0.0)
         if not found:
             continue
-        if dense:
+        if slot < 0:  # from the grids
             allreduce = allreduce_grid[1 if graphed else 0, row]
         else:
             linear, allreduce = table_values[slot, 0], table_values[slot, 1]

@@ -18,9 +18,11 @@ the experts a step touches, the fused-MoE fit) and the measured all-reduce (log-
 interpolation), and those depend on the step's padded token count, its logit rows and whether it
 replays a CUDA graph alone (a draft network's, on its tokens and logit rows). So the evaluator
 reads them from tables priced by the Python cost model itself: a grid of every whole token count
-up to the token budget by every logit-row count up to the batch's (filled 256 rows at a time,
-when a step first needs one of them: a run touches a few thousand distinct shapes), and for any
-other key a hash table filled on first use. Each value is priced in a contiguous numpy call as
+up to the token budget by every logit-row count up to the batch's (priced in blocks of 256 rows
+by 64 columns when a step first needs one of them, all the blocks a block of steps needs in one
+call; the grid starts as zero pages and takes memory only where it is priced, since a run
+touches a few thousand distinct shapes), and for any other key a hash table filled on first
+use. Each value is priced in a contiguous numpy call as
 the Python model prices a block, so it is the value that model gives. The records are then
 those of the Python path, bit for bit; ``tests/engine/test_cost_kernel.py`` checks it over random
 step shapes for every kind of node the catalogue ships, and over whole runs.
@@ -39,14 +41,14 @@ Python path. Without numba likewise.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from sim.cost_model import StepCostModel, StepShape
-from sim.engine import cost_eval
+from sim.engine import cost_eval, cost_sharing
 from sim.engine.cost_eval import (
     ATTENTION_KERNELS,
     ATTENTION_ROOFLINE,
@@ -56,8 +58,8 @@ from sim.engine.cost_eval import (
     LATER_NET,
     NET_TERMS,
     ROWS,
-    ROWS_PER_FILL,
 )
+from sim.engine.cost_grids import fill_blocks, no_grid, within, zero_grid
 from sim.engine.cost_terms import (
     _chain_by_k,
     _draft_terms,
@@ -230,14 +232,21 @@ class LoweredCost:
         whole = keys[0] == np.floor(keys[0])
         step = keys[2] < FIRST_NET
         grid = self._linear_grid
-        inside = step & whole & (keys[0] < grid.shape[0]) & (keys[1] < grid.shape[1])
-        for chunk in np.unique(keys[0, inside].astype(np.int64) // ROWS_PER_FILL).tolist():
-            self._fill(grid, chunk, lambda n, c: self._leaves(n, c, np.zeros(len(n), bool))[0])
+        inside = step & whole & within(grid, keys)
+        zero = np.zeros(keys.shape[1], dtype=np.bool_)
+        if inside.any():
+            zero[inside] = fill_blocks(
+                grid, keys[:2, inside], lambda n, c: self._leaves(n, c, np.zeros(len(n), bool))[0]
+            )
         first_grid = self._first_grid
-        first = (keys[2] == FIRST_NET) & whole
-        first &= (keys[0] < first_grid.shape[0]) & (keys[1] < first_grid.shape[1])
-        for chunk in np.unique(keys[0, first].astype(np.int64) // ROWS_PER_FILL).tolist():
-            self._fill(first_grid, chunk, lambda n, c: _network_linear(self._networks[0], n, c))
+        first = (keys[2] == FIRST_NET) & whole & within(first_grid, keys)
+        if first.any():
+            zero[first] = fill_blocks(
+                first_grid, keys[:2, first], lambda n, c: _network_linear(self._networks[0], n, c)
+            )
+        # A key whose grid entry priced to 0.0 (which reads as not priced) goes to the table.
+        inside &= ~zero
+        first &= ~zero
         rest = ~inside & ~first
         if not rest.any():
             return
@@ -274,20 +283,6 @@ class LoweredCost:
     def _table(self) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
         return self._table_keys, self._table_values, self._table_used
 
-    @staticmethod
-    def _fill(
-        grid: FloatArray, chunk: int, price: Callable[[FloatArray, FloatArray], FloatArray]
-    ) -> None:
-        """Price rows ``[chunk·ROWS_PER_FILL, (chunk+1)·ROWS_PER_FILL)`` of ``grid`` (row: the
-        first argument, column: the second), in one contiguous call as the Python model prices
-        a block, so each value is the one it gives."""
-        start = chunk * ROWS_PER_FILL
-        stop = min(start + ROWS_PER_FILL, grid.shape[0])
-        columns = grid.shape[1]
-        rows = np.repeat(np.arange(start, stop, dtype=np.float64), columns)
-        cols = np.tile(np.arange(columns, dtype=np.float64), stop - start)
-        grid[start:stop] = price(rows, cols).reshape(stop - start, columns)
-
     def _leaves(
         self, n: FloatArray, n_logits: FloatArray, graphed: NDArray[np.bool_]
     ) -> tuple[FloatArray, FloatArray]:
@@ -307,12 +302,13 @@ class LoweredCost:
         return np.asarray(linear, dtype=np.float64), np.asarray(allreduce, dtype=np.float64)
 
     def _grids(self, max_tokens: int, max_logits: int) -> tuple[FloatArray, FloatArray]:
-        """The linear term at every whole (tokens, logit rows) up to the bounds (NaN until a
-        step needs its chunk of rows), and the all-reduce at every whole token count out of
-        and in a CUDA graph."""
+        """The linear term at every whole (tokens, logit rows) up to the bounds (0.0 until a
+        step needs its block; stored block column by block column, see
+        :data:`~sim.engine.cost_eval.COLUMNS_PER_FILL`), and the all-reduce at every whole
+        token count out of and in a CUDA graph."""
         if max_tokens <= 0 or max_logits <= 0:
-            return np.zeros((0, 0)), np.zeros((2, 0))
-        linear = np.full((max_tokens + 1, max_logits + 1), np.nan)
+            return no_grid(), np.zeros((2, 0))
+        linear = zero_grid(max_tokens + 1, max_logits + 1)
         tokens = np.arange(max_tokens + 1, dtype=np.float64)
         allreduce = np.empty((2, max_tokens + 1), dtype=np.float64)
         for graphed in (0, 1):
@@ -322,17 +318,17 @@ class LoweredCost:
 
     def _network_grids(self, max_new: int, max_seqs: int) -> tuple[FloatArray, FloatArray]:
         """The draft networks' linear terms at every whole (new tokens, sequences) of the
-        first forward (NaN until needed, as :meth:`_grids`) and every sequence count of each
+        first forward (0.0 until needed, as :meth:`_grids`) and every sequence count of each
         later forward."""
         if not self._networks or max_new <= 0 or max_seqs <= 0:
-            return np.zeros((0, 0)), np.zeros((0, 0))
+            return no_grid(), np.zeros((0, 0))
         later = self._networks[1]
         columns = max_seqs + 1
         later_grid = np.empty((len(self._levels), columns), dtype=np.float64)
         for level, nodes in enumerate(self._levels):
             tokens = nodes * np.arange(columns, dtype=np.float64)
             later_grid[level] = _network_linear(later, tokens, tokens)
-        return np.full((max_new + 1, columns), np.nan), later_grid
+        return zero_grid(max_new + 1, columns), later_grid
 
     def reference(
         self,
@@ -386,4 +382,21 @@ def lower(
         or cost_model._state_s_per_seq != 0.0
     ):
         return None
-    return LoweredCost(cost_model, drafter, speculative, max_tokens, max_logits, max_seqs)
+    state = cost_sharing.reuse_key(
+        cost_model, drafter, speculative, (max_tokens, max_logits, max_seqs)
+    )
+    # Shared within a thread only: runs in threads of one process (a Dask worker's) would
+    # price into one table at once.
+    key = None if state is None else (threading.get_ident(), state)
+    lowered = cost_sharing.BUILT.get(key) if key is not None else None
+    if lowered is not None:
+        cost_sharing.BUILT.move_to_end(key)  # type: ignore[arg-type]
+        # Entries priced from now on come from this run's model (of the same state).
+        lowered.cost_model, lowered.drafter = cost_model, drafter
+        return lowered
+    lowered = LoweredCost(cost_model, drafter, speculative, max_tokens, max_logits, max_seqs)
+    if key is not None:
+        cost_sharing.BUILT[key] = lowered
+        while len(cost_sharing.BUILT) > cost_sharing.KEEP_BUILT:
+            cost_sharing.BUILT.popitem(last=False)
+    return lowered

@@ -7,10 +7,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import sim.acceptance.traces as traces_module
 from sim.acceptance.plan import Proposal
 from sim.acceptance.shipped_data import load_shipped_traces
-from sim.acceptance.traces import TraceReplayModel, TraceSet, load_jsonl_traces
+from sim.acceptance.traces import (
+    TraceReplayModel,
+    TraceSet,
+    chain_replay_totals,
+    load_jsonl_traces,
+)
 from sim.errors import CalibrationError, ScenarioError
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -46,6 +54,83 @@ def test_replay_reproduces_raw_token_weighted_tau(dataset: str, field: str) -> N
         replayed = float(np.sum(plan.accepted + 1.0) / plan.accepted.size)
         assert replayed == pytest.approx(raw, rel=0.02)
         assert model.expected_acceptance_length(Proposal.chain(k)) == pytest.approx(raw, rel=0.02)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    traces=st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=60), min_size=1, max_size=8),
+    depth=st.integers(1, 10),
+)
+def test_chain_replay_totals_are_the_plan_walks_and_a_plain_walks(
+    traces: list[list[int]], depth: int
+) -> None:
+    # The pointer-doubling totals against the plan's own lockstep walk (every trace at its own
+    # length) and a plain per-trace walk: the same integers, so the same tau to the last bit.
+    trace_set = TraceSet.from_lists(traces, "synthetic")
+    tokens, steps = chain_replay_totals(trace_set, depth)
+    plan = TraceReplayModel(trace_set).plan(
+        trace_set.lengths, Proposal.chain(depth), np.random.default_rng(0),
+        trace_keys=np.arange(trace_set.num_traces),
+    )  # fmt: skip
+    assert (tokens, steps) == (int(np.sum(plan.accepted.astype(np.int64) + 1)), plan.accepted.size)
+    plain_tokens = plain_steps = 0
+    for acc in traces:
+        position = 0
+        while position < len(acc):
+            emitted = min(acc[position], depth + 1)  # the accepted drafts and the bonus token
+            position += emitted
+            plain_tokens += emitted
+            plain_steps += 1
+    assert (tokens, steps) == (plain_tokens, plain_steps)
+    # Traces read anew (another build) find the totals remembered, under their contents.
+    copy = TraceSet(trace_set.acc_len.copy(), trace_set.offsets.copy(), "another read")
+    remembered = len(traces_module._REPLAY_TOTALS)
+    assert chain_replay_totals(copy, depth) == (tokens, steps)
+    assert len(traces_module._REPLAY_TOTALS) == remembered
+    model = TraceReplayModel(trace_set)
+    assert model.token_weighted_tau(depth) == float(
+        np.sum(plan.accepted.astype(np.int64) + 1) / plan.accepted.size
+    )
+
+
+def _same_plans(model: TraceReplayModel, needed: np.ndarray, depth: int, seed: int) -> None:
+    # The chain plan read off each trace's walk against the lockstep walk of every request:
+    # the same arrays, and the generator left in the same state (the misses drawn alike).
+    fast_rng, walk_rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    fast = model.plan(needed, Proposal.chain(depth), fast_rng)
+    keys = model._keys(needed.size, None, walk_rng)
+    walked = model.walked_plan(needed, keys, Proposal.chain(depth), walk_rng)
+    for name in ("offsets", "proposed", "accepted"):
+        assert np.array_equal(getattr(fast, name), getattr(walked, name)), name
+        assert getattr(fast, name).dtype == getattr(walked, name).dtype, name
+    assert fast_rng.random() == walk_rng.random()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    traces=st.lists(st.lists(st.integers(1, 9), min_size=1, max_size=30), min_size=1, max_size=6),
+    needed=st.lists(st.integers(0, 120), min_size=1, max_size=40),
+    depth=st.integers(1, 8),
+    ngram=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_a_chain_plan_read_off_each_trace_s_walk_is_the_lockstep_walk_s(
+    traces: list[list[int]], needed: list[int], depth: int, ngram: bool, seed: int
+) -> None:
+    # Requests longer than their trace wrap; n-gram's misses draw from the generator.
+    trace_set = TraceSet.from_lists(traces, "synthetic")
+    model = TraceReplayModel(trace_set, field="acc_ngram" if ngram else "acc_eagle")
+    if ngram:
+        model.miss_probability = 0.5
+    _same_plans(model, np.array(needed, dtype=np.int64), depth, seed)
+
+
+@pytest.mark.parametrize("field", ["acc_eagle", "acc_ngram"])
+def test_the_shipped_traces_chain_plans_are_the_lockstep_walk_s(field: str) -> None:
+    model = TraceReplayModel(load_shipped_traces("llama-3.1-8b/sharegpt", field), field=field)
+    needed = np.random.default_rng(3).integers(0, 1_500, size=2_000)
+    for depth in (1, 3, 5):
+        _same_plans(model, needed, depth, seed=depth)
 
 
 @needs_shared

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine import cost_eval, cost_kernel
+from sim.engine import cost_eval, cost_kernel, cost_sharing
 from sim.engine.drafter import DraftWork
 from sim.errors import InvariantError, SpecsimError
 from sim.run import REQUEST_COLUMNS, build_simulation, execute
@@ -182,11 +182,11 @@ def _lowered(name: str) -> tuple[cost_kernel.LoweredCost, cost_kernel.LoweredCos
     # Without grids every term comes from the table; with them, shapes within 3,000 tokens and
     # 700 logit rows (draft forwards within 3,000 new tokens and 300 sequences) read the grids
     # (those beyond, the table).
-    lowered = [
-        cost_kernel.lower(core.cost_model, core.drafter, core.speculative, *grid)
-        for grid in ((0, 0, 0), (3_000, 700, 300))
-    ]
-    assert lowered[0] is not None and lowered[1] is not None, name
+    grids = ((0, 0, 0), (3_000, 700, 300))
+    args = (core.cost_model, core.drafter, core.speculative)
+    assert all(cost_kernel.lower(*args, *grid) is not None for grid in grids), name
+    # Evaluators of their own, not the ones lower() shares: tests below rebuild their tables.
+    lowered = [cost_kernel.LoweredCost(*args, *grid) for grid in grids]
     return lowered[0], lowered[1], core.scheduler.config.max_num_seqs
 
 
@@ -286,6 +286,39 @@ def test_a_table_that_grows_while_a_block_is_priced_is_read_anew(name: str) -> N
     assert len(lowered._table_used) > 4
 
 
+def test_a_grid_entry_priced_to_zero_is_read_from_the_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A grid starts as zero pages: 0.0 reads as "not priced". An entry that prices to 0.0 must
+    # then come from the table, or every step that needs it would hand back for ever. A step of
+    # 2,999 tokens (beyond the CUDA-graph sizes: its padded size is its own) with 5 logit rows.
+    _, with_grids, _ = _lowered("h100-dense")
+    lowered = cost_kernel.LoweredCost(
+        with_grids.cost_model, with_grids.drafter, with_grids.speculative, 3_000, 700, 300
+    )
+    real = lowered._leaves
+
+    def zero_at_2999(n: Any, n_logits: Any, graphed: Any) -> tuple[Any, Any]:
+        linear, allreduce = real(n, n_logits, graphed)
+        return np.where(n == 2_999, 0.0, linear), allreduce
+
+    monkeypatch.setattr(lowered, "_leaves", zero_at_2999)
+    one = np.array([1], dtype=np.int64)
+    work = DraftWork(*(np.zeros(1, dtype=np.int64) for _ in range(5)))
+    shape = (one, 2_999 * one, 5 * one, 3_000 * one, 2_999 * 3_000 * one, work)
+    total, parts = lowered.durations(*shape)
+    assert parts["linear_s"][0] == 0.0 and np.isfinite(total[0])
+    assert lowered._table_used.sum() == 1  # the zero entry went to the table
+    again, _ = lowered.durations(*shape)  # read from the table: nothing missing
+    assert np.array_equal(again, total)
+    neighbour, _ = lowered.durations(one, 2_998 * one, 5 * one, 3_000 * one, 2_998 * 3_000 * one,
+                                     work)  # fmt: skip
+    expected, _ = lowered.reference(
+        one, 2_998 * one, 5 * one, 3_000 * one, 2_998 * 3_000 * one, work
+    )
+    assert np.array_equal(neighbour, expected)  # its block's other entries are the model's
+
+
 def test_a_full_table_raises_instead_of_probing_for_ever() -> None:
     # The table is kept at most half full; should that ever break, a probe for a key that is
     # not there must stop after visiting every slot once and say so (it used to loop for ever,
@@ -379,6 +412,56 @@ def test_identical_records_for_whole_scenarios(name: str) -> None:
     assert replace(compiled.summary, wall_time_s=None) == replace(
         reference.summary, wall_time_s=None
     )
+
+
+def test_runs_that_price_alike_share_one_evaluator_and_keep_their_records() -> None:
+    # A sweep's points and a plan's probes differ in rate and seed, not in what a step costs:
+    # lower() hands them the evaluator the first built, its grids and table already priced. A
+    # run on a shared evaluator gives the records of a run on a fresh one; a node that prices
+    # steps otherwise (another step overhead, another method) gets its own.
+    base = SCENARIOS["eagle3-chain"]
+
+    def run(document: dict[str, Any]) -> tuple[Any, Any]:
+        result, core = _run_scenario(document, "shared", compiled_cost=True)
+        return result, core._lowered
+
+    cost_sharing.BUILT.clear()
+    _, first = run(base)
+    shared_result, shared = run({**base, "seed": base.get("seed", 0) + 1})
+    assert shared is first
+    cost_sharing.BUILT.clear()
+    fresh_result, fresh = run({**base, "seed": base.get("seed", 0) + 1})
+    assert fresh is not first
+    _assert_identical(shared_result.steps, fresh_result.steps)
+    _assert_identical(
+        {k: shared_result.requests[k] for k in REQUEST_COLUMNS},
+        {k: fresh_result.requests[k] for k in REQUEST_COLUMNS},
+    )
+    engine = {**base.get("engine", {}), "step_overhead_s": 0.004}
+    _, other = run({**base, "engine": engine})
+    assert other is not fresh
+    _, again = run({**base, "seed": base.get("seed", 0) + 2})
+    assert again is fresh  # the other node's evaluator did not push this one out
+    for extra in range(cost_sharing.KEEP_BUILT + 1):
+        run({**base, "engine": {**engine, "step_overhead_s": 0.005 + extra / 1000}})
+    assert len(cost_sharing.BUILT) == cost_sharing.KEEP_BUILT
+
+
+def test_runs_in_other_threads_get_evaluators_of_their_own() -> None:
+    # Runs in threads of one process (a Dask worker's) would price into one table at once:
+    # an evaluator is shared within its thread only.
+    import threading
+
+    _, with_grids, _ = _lowered("h100-dense")
+    args = (with_grids.cost_model, with_grids.drafter, with_grids.speculative, 100, 50, 20)
+    cost_sharing.BUILT.clear()
+    here = cost_kernel.lower(*args)
+    assert cost_kernel.lower(*args) is here
+    there: list[Any] = []
+    thread = threading.Thread(target=lambda: there.append(cost_kernel.lower(*args)))
+    thread.start()
+    thread.join()
+    assert there[0] is not None and there[0] is not here
 
 
 @pytest.mark.parametrize("policy", ["goodput", "oracle", "sglang-ema"])

@@ -193,3 +193,56 @@ def test_local_processes_and_a_dask_cluster_give_the_same_points(tmp_path: Path)
         b = json.loads((tmp_path / "dask/points" / point.point_id / "summary.json").read_text())
         a.pop("wall_time_s"), b.pop("wall_time_s")
         assert a == b
+
+
+def test_points_on_the_loaded_compiled_loop_give_the_python_path_s_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sweep loads the compiled loop once (each worker at start-up; here, before its points),
+    # and its short points then run on it: the table is the one the Python path gives.
+    from sim.engine import loop_kernel
+    from sim.run import build_simulation, execute
+
+    if loop_kernel.compiled() is None:
+        pytest.skip("numba is not installed: only the Python path runs")
+    compiled_steps: list[int] = []
+
+    def on_path(loop: bool) -> Any:
+        def run(scenario: Any, base_dir: Path, **build: Any) -> Any:
+            simulation = build_simulation(scenario, base_dir, **build)
+            simulation.core.compiled_loop = loop
+            result = execute(simulation)
+            compiled_steps.append(simulation.core.num_compiled_steps)
+            return result
+
+        return run
+
+    points = _points("workload.arrival.rate_per_s=2,8")
+    frames = {}
+    for loop in (False, True):
+        monkeypatch.setattr(sweep, "run_scenario", on_path(loop))
+        frames[loop] = run_sweep(points, tmp_path / str(loop), tmp_path, workers=1).frame
+    assert compiled_steps[:2] == [0, 0] and min(compiled_steps[2:]) > 0
+    timing = [c for c in frames[False].columns if "wall_time" in c]
+    pd.testing.assert_frame_equal(
+        frames[True].drop(columns=timing), frames[False].drop(columns=timing)
+    )
+
+
+def test_the_warm_up_loads_what_forked_workers_inherit_and_never_raises(tmp_path: Path) -> None:
+    # Before a local pool forks, the parent runs the first point cut short on the compiled loop:
+    # the point's evaluator is then built in the parent, for the workers to inherit. A point
+    # that cannot run is left to its worker, which records why.
+    from dataclasses import replace
+
+    from sim.engine import cost_sharing, loop_kernel
+
+    if loop_kernel.compiled() is None:
+        pytest.skip("numba is not installed: only the Python path runs")
+    point = _points("workload.arrival.rate_per_s=2")[0]
+    cost_sharing.BUILT.clear()
+    sweep.warm_up(point, str(tmp_path))
+    assert len(cost_sharing.BUILT) == 1
+    broken = replace(point, document={**point.document, "model": "no-such-model"})
+    sweep.warm_up(broken, str(tmp_path))  # no exception
+    assert len(cost_sharing.BUILT) == 1

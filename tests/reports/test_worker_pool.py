@@ -70,3 +70,28 @@ def test_one_worker_runs_inline_and_keeps_slots() -> None:
         assert pool.submit_keyed("a", _count, 4).result()[0] == 8
     with pytest.raises(ValueError, match="workers"):
         StickyPool(0)
+
+
+#: Set by _mark_started in the process it runs in.
+_STARTED: list[int] = []
+
+
+def _mark_started() -> None:
+    _STARTED.append(os.getpid())
+
+
+def _started_in_this_process(*, slot: Slot) -> tuple[int, list[int]]:
+    del slot
+    return os.getpid(), list(_STARTED)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_initializer_runs_once_in_each_worker_before_its_tasks(workers: int) -> None:
+    # A plan's pool loads the compiled loop this way: once a worker, before the first probe.
+    _STARTED.clear()
+    with StickyPool(workers, initializer=_mark_started) as pool:
+        seen = [pool.submit_keyed(key, _started_in_this_process).result() for key in "abcd"]
+    for pid, started in seen:
+        assert started == [pid]  # ran in the task's own process, once
+    if workers == 1:
+        assert [os.getpid()] == _STARTED
