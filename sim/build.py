@@ -28,7 +28,7 @@ from sim.efficiency import load_efficiency
 from sim.engine.core import EngineCore
 from sim.engine.drafter import StepPlan
 from sim.engine.kv_cache import BlockManager, blocks_for
-from sim.engine.memory import MemoryPlan, plan_memory
+from sim.engine.memory import MemoryPlan, plan_memory, window_pool_max_seqs
 from sim.engine.node import ArrivalSchedule
 from sim.engine.prefix_cache import PrefixStructure
 from sim.engine.presets import EnginePreset, get_preset
@@ -194,6 +194,8 @@ def build_simulation(
     )
     # A GPU holds one stage's layers and their KV (the heaviest stage: the last).
     memory_model = model if pp == 1 else stage_model(model, pp)
+    # Sliding-window KV: SGLang's hybrid pool prices it per pool token; vLLM reserves it per slot.
+    window_ratio = engine.swa_full_tokens_ratio or 0.0
     memory = plan_memory(
         memory_model,
         gpu,
@@ -203,7 +205,11 @@ def build_simulation(
         engine.max_num_batched_tokens,
         engine.max_num_seqs,
         engine.reserved_memory_bytes
-        + window_kv_reserve_bytes(memory_model, layout, engine.max_num_seqs)
+        + (
+            0.0
+            if window_ratio
+            else window_kv_reserve_bytes(memory_model, layout, engine.max_num_seqs)
+        )
         + state_reserve_bytes(memory_model, tp, layout.dp, engine.max_num_seqs),
         extra_weight_bytes=strategy.weight_bytes_per_gpu(),
         extra_kv_bytes_per_token=strategy.extra_kv_bytes_per_token(),
@@ -214,14 +220,20 @@ def build_simulation(
             if layout.is_single_group
             else layout.weight_bytes_per_gpu(model)
         ),
+        window_pool_ratio=window_ratio,
     )
     if layout.dp > 1:
         # Each attention group keeps its own KV pool; the engine's ledger holds all of them.
-        memory = replace(memory, num_blocks=memory.num_blocks * layout.dp)
+        memory = replace(
+            memory,
+            num_blocks=memory.num_blocks * layout.dp,
+            window_kv_tokens=memory.window_kv_tokens * layout.dp,
+        )
     lookahead = strategy.extra_tokens_per_decode + (
         strategy.proposal.num_draft_tokens if strategy.proposal is not None else 0
     )
     _check_lengths(workload, model, memory, engine, lookahead)
+    max_num_seqs = _window_pool_seq_limit(memory_model, memory, engine, lookahead)
     plan: StepPlan
     drafter: Strategy | AdaptiveDrafter = strategy
     if scenario.speculation.policy is None:
@@ -245,7 +257,7 @@ def build_simulation(
     kv = BlockManager(memory.num_blocks, engine.block_size, len(requests), prefixes)
     scheduler = Scheduler(
         SchedulerConfig(
-            engine.max_num_seqs,
+            max_num_seqs,
             engine.max_num_batched_tokens,
             engine.chunked_prefill,
             engine.kv_rollback,
@@ -339,6 +351,29 @@ def _adaptive_plan(
         cost_model_step_time(cost_model, drafter, strategy.extra_tokens_per_decode),
     )
     return AdaptivePlan(acceptance, policy, k_max)
+
+
+def _window_pool_seq_limit(
+    model: Model, memory: MemoryPlan, engine: EnginePreset, lookahead_tokens: int
+) -> int:
+    """``engine.max_num_seqs``, lowered to what SGLang's sliding-window pool holds at once (each
+    running sequence keeps its window there: :func:`sim.engine.memory.window_pool_max_seqs`)."""
+    limit = window_pool_max_seqs(
+        memory,
+        int(model.spec.sliding_window or 0),
+        engine.max_num_batched_tokens,
+        lookahead_tokens,
+    )
+    if limit is None:
+        return engine.max_num_seqs
+    if limit < 1:
+        raise CatalogueError(
+            f"engine.gpu_memory_utilization: the sliding-window KV pool of {model.name} "
+            f"({memory.window_kv_tokens} tokens) cannot hold one sequence's "
+            f"{model.spec.sliding_window}-token window: raise engine.gpu_memory_utilization or "
+            "hardware.num_gpus"
+        )
+    return min(engine.max_num_seqs, limit)
 
 
 def _check_lengths(

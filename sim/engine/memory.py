@@ -4,6 +4,15 @@ As vLLM sizes its cache: per GPU, ``gpu_memory_utilization × memory`` minus the
 the activation peak of a forward over ``max_num_batched_tokens`` tokens, and the memory the engine
 keeps outside the torch allocator (CUDA graphs, NCCL); what remains is divided into blocks of
 ``block_size`` tokens of KV.
+
+Sliding-window layers are sized one of two ways. vLLM's rule is a fixed reserve outside the pool
+(:func:`sim.parallel.window_kv_reserve_bytes`, passed in ``reserved_bytes``). SGLang's hybrid SWA
+pool (``window_pool_ratio``) gives the window layers a second pool of ``ratio`` times the full
+pool's tokens, so each full-pool token costs the full layers' bytes plus ``ratio`` times the window
+layers' bytes: sgl-project/sglang python/sglang/srt/model_executor/pool_configurator.py,
+HybridSWAPoolConfigurator (``cell_size = full_per_token·(full_layers + draft_layers) +
+swa_full_tokens_ratio·swa_per_token·swa_layers``; ``swa_tokens = full_tokens·ratio``), the same
+split as ``set_num_token_hybrid`` in model_runner.py of the 0.5 releases.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ class MemoryPlan:
     kv_budget_bytes: float
     num_blocks: int
     block_size: int
+    #: Token slots of SGLang's sliding-window pool (0 without one): ``ratio`` x the full pool's.
+    window_kv_tokens: int = 0
 
     @property
     def num_kv_tokens(self) -> int:
@@ -64,21 +75,26 @@ def plan_memory(
     extra_weight_bytes: float = 0.0,
     extra_kv_bytes_per_token: float = 0.0,
     weight_bytes_per_gpu: float | None = None,
+    window_pool_ratio: float = 0.0,
 ) -> MemoryPlan:
     """Size the KV pool for ``model`` on ``tp`` GPUs.
 
     ``extra_*`` count a drafter's weights and KV kept on the same GPUs (per GPU and in total per
     token respectively); ``weight_bytes_per_gpu`` replaces ``weights / tp`` for a deployment that
-    splits experts differently (sim/parallel.py). Raise CatalogueError, with the numbers, if the
+    splits experts differently (sim/parallel.py); ``window_pool_ratio`` > 0 prices the model's
+    sliding-window layers into each pool token as SGLang's hybrid pool does (module docstring).
+    Raise CatalogueError, with the numbers, if the
     weights do not fit or no KV block is left.
     """
     usable = gpu_memory_utilization * gpu.memory_bytes
     own = model.weight_bytes / tp if weight_bytes_per_gpu is None else weight_bytes_per_gpu
     weights = own + extra_weight_bytes
     activations = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
-    kv_per_token = (model.kv_bytes_per_token + extra_kv_bytes_per_token) / min(
-        tp, model.spec.num_kv_heads
-    )
+    kv_per_token = (
+        model.kv_bytes_per_token
+        + extra_kv_bytes_per_token
+        + window_pool_ratio * model.window_kv_bytes_per_token
+    ) / min(tp, model.spec.num_kv_heads)
     budget = usable - weights - activations - reserved_bytes
     # Name the key to change first: the GPU count, or the utilisation where vLLM's default
     # (0.9) would hold the weights.
@@ -111,4 +127,32 @@ def plan_memory(
         kv_budget_bytes=budget,
         num_blocks=num_blocks,
         block_size=block_size,
+        window_kv_tokens=(
+            int(num_blocks * block_size * window_pool_ratio)
+            if model.window_kv_bytes_per_token
+            else 0
+        ),
     )
+
+
+def window_pool_max_seqs(
+    plan: MemoryPlan, sliding_window: int, max_num_batched_tokens: int, lookahead_tokens: int
+) -> int | None:
+    """Sequences SGLang's sliding-window pool can hold at once, or ``None`` without that pool.
+
+    A running sequence keeps at most its window, the tokens one step writes (``1 +
+    lookahead_tokens``) and one page before the tokens that slid out are freed; a prefill chunk
+    (``max_num_batched_tokens``) is held whole until its step ends. The same per-request bound as
+    SGLang's SWAChunkCapPoolConfigurator (pool_configurator.py: ``window + draft tokens +
+    page_size + decode allocation`` per request plus the chunked-prefill size). The full pool
+    stays the binding limit unless most sequences are shorter than the window. A pool that holds
+    one sequence but not a whole chunk beside it still runs one (prefill then goes in smaller
+    chunks); 0 means not even one sequence fits, which SGLang refuses at start-up ("SWA pool
+    cannot hold even one request", pool_configurator.py).
+    """
+    if plan.window_kv_tokens <= 0:
+        return None
+    per_seq = sliding_window + 1 + lookahead_tokens + plan.block_size
+    if plan.window_kv_tokens < per_seq:
+        return 0
+    return max(1, (plan.window_kv_tokens - max_num_batched_tokens) // per_seq)

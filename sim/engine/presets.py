@@ -63,6 +63,11 @@ class EnginePreset:
     #: The scheduler works one step ahead (vLLM's async scheduling): a request that arrives while
     #: step n runs joins step n+2 at the earliest (:meth:`EngineCore.arrivals_seen_until_s`).
     async_scheduling: bool = False
+    #: SGLang's hybrid sliding-window KV pool: the window layers' pool holds this fraction of the
+    #: full-attention pool's tokens (``--swa-full-tokens-ratio``; :mod:`sim.engine.memory`).
+    #: ``None``: the window layers keep a fixed reserve per sequence slot instead (vLLM's rule,
+    #: :func:`sim.parallel.window_kv_reserve_bytes`).
+    swa_full_tokens_ratio: float | None = None
 
 
 @cache
@@ -84,6 +89,23 @@ def _frontend(name: str, entry: Any) -> FrontEnd:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ScenarioError(f"sim/{PRESETS_FILE}: presets.{name}.frontend: {exc}") from None
+
+
+def _window_ratio(name: str, entry: dict[str, Any]) -> float | None:
+    value = entry.get("swa_full_tokens_ratio")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ScenarioError(
+            f"sim/{PRESETS_FILE}: presets.{name}.swa_full_tokens_ratio: expected a number in "
+            f"(0, 1], got {value!r}"
+        )
+    if not entry.get("swa_full_tokens_ratio_source"):
+        raise ScenarioError(
+            f"sim/{PRESETS_FILE}: presets.{name}.swa_full_tokens_ratio_source: missing (say "
+            "where the ratio comes from)"
+        )
+    return float(value)
 
 
 def _flag(name: str, entry: dict[str, Any], key: str) -> bool:
@@ -116,6 +138,7 @@ def _presets() -> dict[str, EnginePreset]:
             calibration=dict(entry["calibration"]),
             enable_prefix_caching=bool(entry["enable_prefix_caching"]),
             async_scheduling=_flag(name, entry, "async_scheduling"),
+            swa_full_tokens_ratio=_window_ratio(name, entry),
         )
     return out
 
