@@ -14,6 +14,7 @@ from sim.acceptance.policies import (
     ADAPTIVE_METHODS,
     AdaptiveDrafter,
     AdaptivePlan,
+    FixedPolicy,
     PositionAcceptance,
     build_policy,
     check_policy_support,
@@ -302,8 +303,9 @@ def _adaptive_plan(
     cost_model: StepCostModel,
     workload: Workload,
     streams: RandomStreams,
-) -> AdaptivePlan:
-    """The plan through which ``speculation.policy`` chooses k per step (its acceptance drawn
+) -> StepPlan:
+    """The plan through which ``speculation.policy`` chooses k per step (``fixed``: the fixed-k
+    plan it amounts to, :meth:`PositionAcceptance.fixed_plan`) (its acceptance drawn
     per output position from the ``acceptance`` stream, as the fixed plan draws from it).
     Raise ScenarioError naming the key if the method, proposal or engine rules the policy out."""
     spec = scenario.speculation
@@ -331,6 +333,10 @@ def _adaptive_plan(
         len(needed),
         cost_model_step_time(cost_model, drafter, strategy.extra_tokens_per_decode),
     )
+    if isinstance(policy, FixedPolicy):
+        # The same k at every step: the fixed-k plan read from the same positions (the run is
+        # the policy's, record for record), on the fixed plans' fast paths.
+        return acceptance.fixed_plan(policy.k, needed)
     return AdaptivePlan(acceptance, policy, k_max)
 
 

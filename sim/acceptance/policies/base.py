@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sim.acceptance.plan import AcceptanceModel, Proposal
+from sim.engine.drafter import StepPlan
 from sim.errors import ScenarioError
 
 IntArray = NDArray[np.int64]
@@ -38,6 +39,37 @@ class PositionAcceptance:
         start = self.offsets[requests]
         length = self.offsets[requests + 1] - start
         return self.values[start + positions % length].astype(np.int64)
+
+    def fixed_plan(self, k: int, num_decode_tokens: IntArray) -> StepPlan:
+        """The plan of a chain of ``k`` drafts at every step read from these positions: each
+        request's verify steps from position 0, each emitting ``min(acc_len, k + 1)`` tokens
+        and moving that far, until its ``num_decode_tokens`` are out (the walk
+        :class:`TraceReplayModel` makes for a fixed-k plan). The ``fixed`` policy's run is this
+        plan's run: :meth:`AdaptivePlan.lookup` answers each step the same, read from the
+        position the request reached."""
+        needed = np.asarray(num_decode_tokens, dtype=np.int64)
+        position = np.zeros(needed.size, dtype=np.int64)
+        active = np.flatnonzero(needed > 0)
+        owners: list[IntArray] = []
+        steps: list[IntArray] = []
+        while active.size:
+            emitted = np.minimum(self.at(active, position[active]), k + 1)
+            owners.append(active)
+            steps.append(emitted)
+            position[active] += emitted
+            active = active[position[active] < needed[active]]
+        counts = np.zeros(needed.size, dtype=np.int64)
+        offsets = np.zeros(needed.size + 1, dtype=np.int64)
+        dtype = np.int8 if k <= np.iinfo(np.int8).max else np.int16
+        accepted = np.zeros(sum(len(o) for o in owners), dtype=dtype)
+        for step_owners in owners:
+            counts[step_owners] += 1
+        np.cumsum(counts, out=offsets[1:])
+        for step_index, (step_owners, emitted) in enumerate(zip(owners, steps, strict=True)):
+            accepted[offsets[step_owners] + step_index] = emitted - 1
+        return StepPlan(
+            offsets=offsets, proposed=np.full(accepted.size, k, dtype=dtype), accepted=accepted
+        )
 
     @classmethod
     def from_model(

@@ -58,7 +58,6 @@ class GoodputPolicy(SpeculationPolicy):
         self.step_time = step_time
         self.since_update = update_interval  # decide at the first step
         self.current = k_max
-        self._depths = np.arange(k_max + 1, dtype=np.float64)
 
     @property
     def accepted_ema(self) -> FloatArray:
@@ -82,7 +81,12 @@ class GoodputPolicy(SpeculationPolicy):
         alpha = np.minimum(np.maximum(ema[0] / ema[1], 0.0), 0.999)
         context = int(view.computed.sum())
         # Σ_i (1 - α_i^{k+1}) / (1 - α_i) = Σ_{d<=k} Σ_i α_i^d: a running sum of power sums.
-        power_sums = np.power.outer(alpha, self._depths).sum(axis=0)
+        # The powers by repeated multiplication (α^d = α^{d-1} α), which the compiled loop
+        # (sim/engine/policy_kernel.py) reproduces to the bit; np.power rounds differently.
+        powers = np.empty((len(alpha), self.k_max + 1))
+        powers[:, 0] = 1.0
+        powers[:, 1:] = alpha[:, None]
+        power_sums = np.cumprod(powers, axis=1).sum(axis=0)
         tokens = np.cumsum(power_sums)
         seconds = self.step_time(view.batch_size, self.k_max, context)
         if seconds.ndim == 2:
