@@ -1,14 +1,15 @@
 """The node's per-event work run in compiled code, step by step, for the commonest case.
 
 For one node with open-loop arrivals (known in advance) or closed-loop clients, mixed prefill and
-decode batches, in-place KV rollback, no prefix caching and either no speculation or fixed
-per-request acceptance plans, everything that happens between two points where Python must
-decide is plain arithmetic on the request table's columns: releasing arrivals, the scheduler's
-step (decodes and prefill chunks under the token budget, FCFS admissions under the sequence
-limit and the KV blocks, preemption by recompute), the clients' next requests, the
-step's cost (the compiled evaluator of :mod:`sim.engine.cost_kernel`, called per step as the
-step's shape becomes known), the requests' progress, completions and the step records.
-:func:`sim.engine.loop_kernel.compiled` does that in one loop, compiled with numba;
+decode batches, in-place KV rollback, no prefix caching and either no speculation, fixed
+per-request acceptance plans or a per-step policy the loop compiles
+(:mod:`sim.engine.policy_kernel`: disable-above-batch, oracle, sglang-ema, goodput), everything
+that happens between two points where Python must decide is plain arithmetic on the request table's
+columns: releasing arrivals, the scheduler's step (decodes and prefill chunks under the token
+budget, FCFS admissions under the sequence limit and the KV blocks, preemption by recompute), the
+clients' next requests, the step's cost (the compiled evaluator of :mod:`sim.engine.cost_kernel`,
+called per step as the step's shape becomes known), the requests' progress, completions and the
+step records. :func:`sim.engine.loop_kernel.compiled` does that in one loop, compiled with numba;
 :class:`CompiledLoop` hands it the node's state and takes the state back.
 
 The loop repeats :meth:`Scheduler.schedule <sim.engine.scheduler.Scheduler.schedule>`,

@@ -20,12 +20,19 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from sim import build
-from sim.acceptance.policies import AdaptivePlan, FixedPolicy
+from sim.acceptance.policies import (
+    AdaptivePlan,
+    FixedPolicy,
+    GoodputPolicy,
+    PositionAcceptance,
+    TabulatedStepTime,
+)
+from sim.engine import compiled_loop, policy_kernel
 from sim.engine.drafter import StepPlan
 
-from .harness import EngineSetup, check_finished, drive_node, record_of
+from .harness import EngineSetup, Monitor, check_finished, drive_node, record_of
 from .strategies import engine_setups
-from .test_adaptive_seam import POLICY_KINDS, _core
+from .test_adaptive_seam import POLICY_KINDS, _core, _step_time
 from .test_compiled_loop import _scenario_records
 from .test_fast_forward import _assert_identical
 
@@ -56,6 +63,30 @@ def test_compiled_policies_give_the_python_records(
     chosen = np.unique(fast.recorder.columns()["spec_k"])
     event(f"{kind}: several k = {len(chosen) > 1}")
     event(f"preempted: {bool(fast.requests.num_preemptions.any())}")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    setup=engine_setups(speculative=True, policies=("in_place",)),
+    kind=st.sampled_from(POLICY_KINDS),
+    knob=st.integers(1, 4),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_kv_holds_between_compiled_policy_steps(
+    setup: EngineSetup, kind: str, knob: int, seed: int
+) -> None:
+    # The monitor after every step (blocks held = committed tokens, a rejected draft never
+    # committed, preemption restores the logical length, FCFS admissions), the loop made to
+    # return after each step, with k changing between steps and between a step's sequences.
+    if kind.startswith("sglang-ema") and setup.max_accepted < 2:
+        kind = "oracle"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compiled_loop, "STEPS_PER_CALL", 1)
+        core = _core(setup, kind, knob, seed, True, loop=True)
+        monitor = Monitor(core, setup.max_accepted)
+        core, _ = drive_node(setup, observer=monitor, core=core)
+    check_finished(core)
+    assert core.num_compiled_steps > 0
 
 
 CHAT = Path(__file__).resolve().parents[2] / "scenarios" / "spec-chat-eagle3.yaml"
@@ -138,3 +169,25 @@ def test_fixed_policy_with_trace_replay_is_the_fixed_k_run() -> None:
     assert type(core.plan) is StepPlan
     _assert_identical(fixed, policy)
     assert fixed_summary == policy_summary
+
+
+def test_what_the_loop_does_not_compile_keeps_the_python_path() -> None:
+    # A policy the loop does not compile (here goodput on a step time of its own, not the
+    # tabulated one its bins are read from; likewise any other policy class) and a drafter the
+    # evaluator does not price (a draft model's) keep the Python path: the loop refuses them.
+    acceptance = PositionAcceptance(np.full(4, 2, dtype=np.uint8), np.arange(5, dtype=np.int64))
+    raw = AdaptivePlan(acceptance, GoodputPolicy(3, 4, _step_time), 3)
+    assert policy_kernel.lower(raw, 8, 100) is None
+    kept_fixed = AdaptivePlan(acceptance, FixedPolicy(3), 3)
+    assert policy_kernel.lower(kept_fixed, 8, 100) is None
+    tabulated = AdaptivePlan(acceptance, GoodputPolicy(3, 4, TabulatedStepTime(_step_time)), 3)
+    assert policy_kernel.lower(tabulated, 8, 100) is not None
+    draft_model = [
+        *CHAT_BASE,
+        "speculation.method=draft_model",
+        "speculation.draft_model=llama-3.2-1b",
+        "speculation.acceptance={alpha: 0.6}",
+        "speculation.policy={name: disable-above-batch, params: {max_batch_size: 24}}",
+    ]
+    _, _, core = _chat_run(draft_model, loop=True)
+    assert core.num_compiled_steps == 0
