@@ -224,6 +224,15 @@ def build_simulation(
     else:
         drafter = _adaptive_drafter(scenario, strategy, (model, gpu, cost_model, engine, base_dir))
         plan = _adaptive_plan(scenario, strategy, drafter, cost_model, workload, streams)
+        assert strategy.proposal is not None
+        if (
+            not plan.adaptive
+            and len(plan.proposed)
+            and (int(plan.proposed[0]) == strategy.proposal.num_draft_tokens)
+        ):
+            # The fixed policy at the configured k: every step drafts k, which the adaptive
+            # drafter prices by the very strategy (it only adds its dispatch).
+            drafter = strategy
     requests = RequestTable(
         prompt_tokens=workload.prompt_tokens.astype(np.int64).copy(),
         output_tokens=workload.output_tokens.astype(np.int64).copy(),
