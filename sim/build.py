@@ -223,7 +223,9 @@ def build_simulation(
         plan = strategy.plan(workload.output_tokens - 1, streams.stream("acceptance"))
     else:
         drafter = _adaptive_drafter(scenario, strategy, (model, gpu, cost_model, engine, base_dir))
-        plan = _adaptive_plan(scenario, strategy, drafter, cost_model, workload, streams)
+        plan = _adaptive_plan(
+            scenario, strategy, drafter, cost_model, workload, streams, engine.max_num_seqs
+        )
         assert strategy.proposal is not None
         if (
             not plan.adaptive
@@ -312,6 +314,7 @@ def _adaptive_plan(
     cost_model: StepCostModel,
     workload: Workload,
     streams: RandomStreams,
+    max_num_seqs: int,
 ) -> StepPlan:
     """The plan through which ``speculation.policy`` chooses k per step (``fixed``: the fixed-k
     plan it amounts to, :meth:`PositionAcceptance.fixed_plan`) (its acceptance drawn
@@ -340,7 +343,12 @@ def _adaptive_plan(
         spec.policy.params,
         k_max,
         len(needed),
-        cost_model_step_time(cost_model, drafter, strategy.extra_tokens_per_decode),
+        cost_model_step_time(
+            cost_model,
+            drafter,
+            strategy.extra_tokens_per_decode,
+            max_num_seqs,
+        ),
     )
     if isinstance(policy, FixedPolicy):
         # The same k at every step: the fixed-k plan read from the same positions (the run is

@@ -509,20 +509,31 @@ class LoweredPolicy:
         policy's own table (the values its Python path reads)."""
         b, context = int(self.ints[_NEED_B]), int(self.ints[_NEED_CONTEXT])
         per_seq = round(float(context) / max(b, 1) / _BIN_TOKENS)
-        seconds = np.asarray(self.plan.policy.step_time(b, int(self.ints[_K_MAX]), context))
+        k_max = int(self.ints[_K_MAX])
+        step_time = self.plan.policy.step_time
+        if step_time.rows_of is not None and b <= step_time.max_batch:
+            # The whole bin at once (the policy's table tabulates bins).
+            row = step_time.row(k_max, per_seq)
+            if per_seq >= self.table.shape[1]:
+                self._grow(len(row), per_seq)
+            self.ints[_TWO_ROWS] = row.ndim == 3
+            count = min(len(row), self.table.shape[0])
+            self.table[:count, per_seq] = row[:count] if row.ndim == 3 else row[:count, None]
+            return
+        seconds = np.asarray(step_time(b, k_max, context))
         if b >= self.table.shape[0] or per_seq >= self.table.shape[1]:
-            grown = np.full(
-                (
-                    max(b + 1, self.table.shape[0]),
-                    max(per_seq + 1, 2 * self.table.shape[1]),
-                    *self.table.shape[2:],
-                ),
-                np.nan,
-            )
-            grown[: self.table.shape[0], : self.table.shape[1]] = self.table
-            self.table = grown
+            self._grow(b + 1, per_seq)
         self.ints[_TWO_ROWS] = seconds.ndim == 2
         self.table[b, per_seq] = seconds if seconds.ndim == 2 else seconds[None, :]
+
+    def _grow(self, sizes: int, per_seq: int) -> None:
+        """Room in the step-time table for ``sizes`` batch sizes and bin ``per_seq``."""
+        rows, bins = self.table.shape[:2]
+        grown = np.full(
+            (max(sizes, rows), max(per_seq + 1, 2 * bins), *self.table.shape[2:]), np.nan
+        )
+        grown[:rows, :bins] = self.table
+        self.table = grown
 
 
 def _kind_of(policy: Any) -> int:

@@ -29,6 +29,8 @@ from sim.acceptance.policies import (
 )
 from sim.engine import compiled_loop, policy_kernel
 from sim.engine.drafter import StepPlan
+from sim.run import build_simulation
+from sim.scenario import load_scenario
 
 from .harness import EngineSetup, Monitor, check_finished, drive_node, record_of
 from .strategies import engine_setups
@@ -191,3 +193,27 @@ def test_what_the_loop_does_not_compile_keeps_the_python_path() -> None:
     ]
     _, _, core = _chat_run(draft_model, loop=True)
     assert core.num_compiled_steps == 0
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [CHAT, CHAT.parent / "lib-adaptive-70b-draft-model.yaml"],
+    ids=["eagle3", "draft-model"],
+)
+def test_goodput_bins_equal_the_step_time_one_batch_at_a_time(scenario: Path) -> None:
+    # The goodput table fills a context bin for every batch size in one call; each entry must be
+    # the single step time of that batch at the bin's centre to the bit (EAGLE-3 drafting and a
+    # draft model's, whose full-accept row adds a forward).
+    overrides = ["speculation.policy={name: goodput}", "speculation.allow_unsupported=true"]
+    document, base_dir = load_scenario(scenario, overrides)
+    simulation = build_simulation(document, base_dir)
+    step_time = simulation.plan.policy.step_time
+    assert isinstance(step_time, TabulatedStepTime) and step_time.rows_of is not None
+    k_max = simulation.plan.k_max
+    sizes = np.array([0, 1, 2, 3, 17, 64, step_time.max_batch])
+    for per_seq in (0, 1, 6, 40):
+        row = step_time.row(k_max, per_seq)
+        assert row.shape == (step_time.max_batch + 1, 2, k_max + 1)
+        for b in sizes.tolist():
+            single = step_time.step_time(b, k_max, per_seq * 128 * max(b, 1))
+            assert np.array_equal(row[b], single)
