@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from sim.engine import policy_kernel
+from sim.engine import policy_kernel, policy_state
 from sim.engine.cost_eval import DRAFT_GIVEN
 from sim.engine.drafter import StepPlan
 from sim.engine.loop_kernel import (
@@ -98,7 +98,7 @@ class CompiledLoop:
         arrivals: ArrivalSchedule,
         loop: Callable[..., int],
         on_finish: Callable[[int], None],
-        policy: policy_kernel.LoweredPolicy | None = None,
+        policy: policy_state.LoweredPolicy | None = None,
     ) -> None:
         self.core = core
         self.arrivals = arrivals
@@ -321,7 +321,7 @@ def for_node(
     (``core.compiled_loop``) or fast-forward off (stepping is the reference path), sessions,
     a capped open loop, prefill and decode
     batches kept apart, scratch rollback, prefix caching, a plan that is neither a fixed one nor
-    a policy the loop compiles (:func:`sim.engine.policy_kernel.lower`: not ``fixed``, which a
+    a policy the loop compiles (:func:`sim.engine.policy_state.lower`: not ``fixed``, which a
     run is built without, nor a goodput policy with a step time of its own), a cost model the
     evaluator does not lower or a drafter it does not price (a draft model's), no numba."""
     s, kv, plan = core.scheduler, core.kv, core.plan
@@ -341,7 +341,7 @@ def for_node(
     if type(plan) is not StepPlan:
         r = core.requests
         longest = int((r.prompt_tokens + r.output_tokens).max()) if len(r.prompt_tokens) else 0
-        policy = policy_kernel.lower(plan, cfg.max_num_seqs, longest)
+        policy = policy_state.lower(plan, cfg.max_num_seqs, longest)
         if policy is None:
             return None
     times = arrivals._times

@@ -204,7 +204,7 @@ def _loop(stamp: int) -> Callable[..., int]:
         gaps longer than one step to ``itl_values``/``itl_at``. ``cost``: the cost evaluator's
         parameters and tables (:class:`~sim.engine.cost_kernel.LoweredCost`), as it takes them
         after the step's shape. ``policy``: a per-step policy's state and the acceptance per
-        output position (:class:`~sim.engine.policy_kernel.LoweredPolicy`; kind 0: none, the
+        output position (:class:`~sim.engine.policy_state.LoweredPolicy`; kind 0: none, the
         plan is ``offsets``/``plan_proposed``/``plan_accepted``)."""
         if stamp < 0:
             return PYTHON

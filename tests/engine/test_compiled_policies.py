@@ -27,7 +27,7 @@ from sim.acceptance.policies import (
     PositionAcceptance,
     TabulatedStepTime,
 )
-from sim.engine import compiled_loop, policy_kernel
+from sim.engine import compiled_loop, policy_state
 from sim.engine.drafter import StepPlan
 from sim.run import build_simulation
 from sim.scenario import load_scenario
@@ -179,11 +179,11 @@ def test_what_the_loop_does_not_compile_keeps_the_python_path() -> None:
     # evaluator does not price (a draft model's) keep the Python path: the loop refuses them.
     acceptance = PositionAcceptance(np.full(4, 2, dtype=np.uint8), np.arange(5, dtype=np.int64))
     raw = AdaptivePlan(acceptance, GoodputPolicy(3, 4, _step_time), 3)
-    assert policy_kernel.lower(raw, 8, 100) is None
+    assert policy_state.lower(raw, 8, 100) is None
     kept_fixed = AdaptivePlan(acceptance, FixedPolicy(3), 3)
-    assert policy_kernel.lower(kept_fixed, 8, 100) is None
+    assert policy_state.lower(kept_fixed, 8, 100) is None
     tabulated = AdaptivePlan(acceptance, GoodputPolicy(3, 4, TabulatedStepTime(_step_time)), 3)
-    assert policy_kernel.lower(tabulated, 8, 100) is not None
+    assert policy_state.lower(tabulated, 8, 100) is not None
     draft_model = [
         *CHAT_BASE,
         "speculation.method=draft_model",
