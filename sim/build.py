@@ -14,6 +14,7 @@ from sim.acceptance.policies import (
     ADAPTIVE_METHODS,
     AdaptiveDrafter,
     AdaptivePlan,
+    FixedPolicy,
     PositionAcceptance,
     build_policy,
     check_policy_support,
@@ -240,7 +241,18 @@ def build_simulation(
         plan = strategy.plan(workload.output_tokens - 1, streams.stream("acceptance"))
     else:
         drafter = _adaptive_drafter(scenario, strategy, (model, gpu, cost_model, engine, base_dir))
-        plan = _adaptive_plan(scenario, strategy, drafter, cost_model, workload, streams)
+        plan = _adaptive_plan(
+            scenario, strategy, drafter, cost_model, workload, streams, engine.max_num_seqs
+        )
+        assert strategy.proposal is not None
+        if (
+            not plan.adaptive
+            and len(plan.proposed)
+            and (int(plan.proposed[0]) == strategy.proposal.num_draft_tokens)
+        ):
+            # The fixed policy at the configured k: every step drafts k, which the adaptive
+            # drafter prices by the very strategy (it only adds its dispatch).
+            drafter = strategy
     requests = RequestTable(
         prompt_tokens=workload.prompt_tokens.astype(np.int64).copy(),
         output_tokens=workload.output_tokens.astype(np.int64).copy(),
@@ -321,8 +333,10 @@ def _adaptive_plan(
     cost_model: StepCostModel,
     workload: Workload,
     streams: RandomStreams,
-) -> AdaptivePlan:
-    """The plan through which ``speculation.policy`` chooses k per step (its acceptance drawn
+    max_num_seqs: int,
+) -> StepPlan:
+    """The plan through which ``speculation.policy`` chooses k per step (``fixed``: the fixed-k
+    plan it amounts to, :meth:`PositionAcceptance.fixed_plan`) (its acceptance drawn
     per output position from the ``acceptance`` stream, as the fixed plan draws from it).
     Raise ScenarioError naming the key if the method, proposal or engine rules the policy out."""
     spec = scenario.speculation
@@ -348,8 +362,17 @@ def _adaptive_plan(
         spec.policy.params,
         k_max,
         len(needed),
-        cost_model_step_time(cost_model, drafter, strategy.extra_tokens_per_decode),
+        cost_model_step_time(
+            cost_model,
+            drafter,
+            strategy.extra_tokens_per_decode,
+            max_num_seqs,
+        ),
     )
+    if isinstance(policy, FixedPolicy):
+        # The same k at every step: the fixed-k plan read from the same positions (the run is
+        # the policy's, record for record), on the fixed plans' fast paths.
+        return acceptance.fixed_plan(policy.k, needed)
     return AdaptivePlan(acceptance, policy, k_max)
 
 

@@ -1,14 +1,15 @@
 """The node's per-event work run in compiled code, step by step, for the commonest case.
 
 For one node with open-loop arrivals (known in advance) or closed-loop clients, mixed prefill and
-decode batches, in-place KV rollback, no prefix caching and either no speculation or fixed
-per-request acceptance plans, everything that happens between two points where Python must
-decide is plain arithmetic on the request table's columns: releasing arrivals, the scheduler's
-step (decodes and prefill chunks under the token budget, FCFS admissions under the sequence
-limit and the KV blocks, preemption by recompute), the clients' next requests, the
-step's cost (the compiled evaluator of :mod:`sim.engine.cost_kernel`, called per step as the
-step's shape becomes known), the requests' progress, completions and the step records.
-:func:`sim.engine.loop_kernel.compiled` does that in one loop, compiled with numba;
+decode batches, in-place KV rollback, no prefix caching and either no speculation, fixed
+per-request acceptance plans or a per-step policy the loop compiles
+(:mod:`sim.engine.policy_kernel`: disable-above-batch, oracle, sglang-ema, goodput), everything
+that happens between two points where Python must decide is plain arithmetic on the request table's
+columns: releasing arrivals, the scheduler's step (decodes and prefill chunks under the token
+budget, FCFS admissions under the sequence limit and the KV blocks, preemption by recompute), the
+clients' next requests, the step's cost (the compiled evaluator of :mod:`sim.engine.cost_kernel`,
+called per step as the step's shape becomes known), the requests' progress, completions and the
+step records. :func:`sim.engine.loop_kernel.compiled` does that in one loop, compiled with numba;
 :class:`CompiledLoop` hands it the node's state and takes the state back.
 
 The loop repeats :meth:`Scheduler.schedule <sim.engine.scheduler.Scheduler.schedule>`,
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from sim.engine import policy_kernel, policy_state
 from sim.engine.cost_eval import DRAFT_GIVEN
 from sim.engine.drafter import StepPlan
 from sim.engine.loop_kernel import (
@@ -96,6 +98,7 @@ class CompiledLoop:
         arrivals: ArrivalSchedule,
         loop: Callable[..., int],
         on_finish: Callable[[int], None],
+        policy: policy_state.LoweredPolicy | None = None,
     ) -> None:
         self.core = core
         self.arrivals = arrivals
@@ -151,6 +154,14 @@ class CompiledLoop:
         self._itl_values = np.zeros(num_itl, dtype=np.float64)
         self._itl_at = np.zeros(num_itl, dtype=np.float64)
         self._missing = np.zeros((3, 2 + len(lowered._levels)), dtype=np.float64)
+        self._policy = policy
+        if policy is None:
+            # No policy (kind 0): arrays of the types the loop takes, never read.
+            f1, i1 = np.zeros(1), np.zeros(1, dtype=np.int64)
+            f2, i2 = np.zeros((1, 1)), np.zeros((1, 1), dtype=np.int64)
+            self._no_policy = (np.zeros(13, dtype=np.int64), f1, np.zeros(3, dtype=np.int64),
+                               i2, i2, f2, f2, np.zeros((1, 1, 1, 1)), f2,
+                               np.zeros(1, dtype=np.uint8), i1)  # fmt: skip
 
     def run(self) -> int:
         """Run the loop from the node's state until every arrival is served (:data:`DONE`),
@@ -163,7 +174,10 @@ class CompiledLoop:
         clock = np.array([core.clock_s, self.horizon_s], dtype=np.float64)
         lowered = self._lowered
         finished = 0
+        policy = self._policy
         while True:
+            if policy is not None:
+                policy.take_over()
             status = self._loop(
                 r.prompt_tokens,
                 r.output_tokens,
@@ -214,13 +228,20 @@ class CompiledLoop:
                 self._itl_values,
                 self._itl_at,
                 self._missing,
+                self._no_policy if policy is None else policy.arrays(),
             )
+            if policy is not None:
+                policy.hand_back()
             self._hand_back(ints, clock)
             core.num_compiled_steps += int(ints[_RECORDS])
             finished += int(ints[_FINISHED_N])
-            if status != MISSING:
+            if status == policy_kernel.NEED_STEP_TIME:
+                assert policy is not None
+                policy.tabulate()
+            elif status == MISSING:
+                lowered._price(self._missing[:, : int(ints[_MISSING])].copy())
+            else:
                 break
-            lowered._price(self._missing[:, : int(ints[_MISSING])].copy())
             ints = self._take_over()
         if finished:
             self._on_finish(finished)
@@ -308,8 +329,10 @@ def for_node(
     batch of completions), or None where it does not apply: the loop off
     (``core.compiled_loop``) or fast-forward off (stepping is the reference path), sessions,
     a capped open loop, async scheduling, prefill and decode
-    batches kept apart, scratch rollback, prefix caching, a plan that is not a fixed one, a
-    cost model the evaluator does not lower or a drafter it does not price, no numba."""
+    batches kept apart, scratch rollback, prefix caching, a plan that is neither a fixed one nor
+    a policy the loop compiles (:func:`sim.engine.policy_state.lower`: not ``fixed``, which a
+    run is built without, nor a goodput policy with a step time of its own), a cost model the
+    evaluator does not lower or a drafter it does not price (a draft model's), no numba."""
     s, kv, plan = core.scheduler, core.kv, core.plan
     cfg = s.config
     if (
@@ -320,11 +343,17 @@ def for_node(
         or not cfg.mixed_batches
         or cfg.rollback_policy != "in_place"
         or kv.caching
-        or type(plan) is not StepPlan
         or not core.compiled_cost
         or core.async_scheduling  # the loop admits arrivals by the synchronous rule
     ):
         return None
+    policy = None
+    if type(plan) is not StepPlan:
+        r = core.requests
+        longest = int((r.prompt_tokens + r.output_tokens).max()) if len(r.prompt_tokens) else 0
+        policy = policy_state.lower(plan, cfg.max_num_seqs, longest)
+        if policy is None:
+            return None
     times = arrivals._times
     loaded = compiled.cache_info().currsize > 0
     if arrivals.num_requests < core.compiled_loop_min_requests and not loaded:
@@ -337,4 +366,4 @@ def for_node(
     lowered = core.lowered_now()
     if lowered is None or lowered.draft_form == DRAFT_GIVEN:
         return None
-    return CompiledLoop(core, arrivals, loop, on_finish)
+    return CompiledLoop(core, arrivals, loop, on_finish, policy)

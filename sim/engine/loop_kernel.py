@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sim.engine import cost_eval
+from sim.engine import cost_eval, policy_kernel
 from sim.engine.recorder import STEP_COLUMNS
 
 IntArray = NDArray[np.int64]
@@ -183,6 +183,7 @@ def _loop(stamp: int) -> Callable[..., int]:
         itl_values: FloatArray,
         itl_at: FloatArray,
         missing: FloatArray,
+        policy: tuple[Any, ...],
     ) -> int:
         """Run steps from the state in ``ints``/``clock``/``running``/the queue until one of
         :data:`DONE`, :data:`FULL`, :data:`PYTHON` or :data:`MISSING` (returned); the state, the
@@ -202,7 +203,9 @@ def _loop(stamp: int) -> Callable[..., int]:
         (:data:`FLOAT_COLUMNS` rows) and ``rec_i`` (:data:`INT_COLUMNS` rows), the inter-token
         gaps longer than one step to ``itl_values``/``itl_at``. ``cost``: the cost evaluator's
         parameters and tables (:class:`~sim.engine.cost_kernel.LoweredCost`), as it takes them
-        after the step's shape."""
+        after the step's shape. ``policy``: a per-step policy's state and the acceptance per
+        output position (:class:`~sim.engine.policy_state.LoweredPolicy`; kind 0: none, the
+        plan is ``offsets``/``plan_proposed``/``plan_accepted``)."""
         if stamp < 0:
             return PYTHON
         max_seqs = cfg[_MAX_SEQS]
@@ -215,6 +218,11 @@ def _loop(stamp: int) -> Callable[..., int]:
         speculative = cfg[_SPECULATIVE] != 0
         max_steps = cfg[_MAX_STEPS]
         closed = cfg[_CLOSED] != 0
+        (pol_ints, pol_floats, staged, slots, slot_steps, slot_floats, pol_ema, pol_table,
+         pol_scratch, acc_values, acc_offsets) = policy  # fmt: skip
+        adaptive = pol_ints[0] != 0
+        oracle = pol_ints[0] == policy_kernel.ORACLE
+        k_max = pol_ints[3]
         num_free = ints[_FREE]
         num_steps = ints[_STEPS]
         nxt = ints[_NEXT]
@@ -243,6 +251,7 @@ def _loop(stamp: int) -> Callable[..., int]:
         emit = np.empty(rows, dtype=np.int64)
         new_comp = np.empty(rows, dtype=np.int64)
         kept = np.empty(rows, dtype=np.int64)
+        drafting = np.zeros(rows, dtype=np.bool_)
         # The evaluator's inputs for one step.
         shape = np.zeros((9, 1), dtype=np.int64)
         given = np.zeros(1, dtype=np.float64)
@@ -287,6 +296,18 @@ def _loop(stamp: int) -> Callable[..., int]:
             if num_itl + rows > len(itl_values):
                 status = FULL
                 break
+            # --- the policy's k for the running (AdaptivePlan.lookup at the scheduler's query)
+            k_chosen = 0
+            if adaptive:
+                _pk_stage(pol_ints, staged)
+                if num_running > 0:
+                    k_chosen = _pk_schedule(
+                        pol_ints, staged, slots, pol_ema, pol_table, pol_scratch, running,
+                        num_running, num_computed,
+                    )  # fmt: skip
+                    if k_chosen < 0:
+                        status = policy_kernel.NEED_STEP_TIME
+                        break
             # --- the running, in order, within the token budget (Scheduler._schedule_running)
             n = 0
             want_before = 0
@@ -300,7 +321,11 @@ def _loop(stamp: int) -> Callable[..., int]:
                 p = 0
                 a = 0
                 if dec:
-                    if has_plan:
+                    if adaptive:
+                        here = _acc_len(acc_values, acc_offsets, r, emitted_r - 1) - 1
+                        p = min(here, k_max) if oracle else k_chosen
+                        a = min(here, p)
+                    elif has_plan:
                         p, a = _lookup(
                             offsets, plan_proposed, plan_accepted, r, num_decode_steps[r]
                         )
@@ -466,15 +491,27 @@ def _loop(stamp: int) -> Callable[..., int]:
                     spec_k = prop[k]
                 if e > 0 and prior > 0 and last_emit_step[r] == step0 - 1:
                     regular += 1
-                if speculative and (dec or completes) and not finishing:
+                drafting[k] = speculative and (dec or completes) and not finishing
+                if drafting[k]:
                     next_p = 0
-                    if has_plan:
+                    if has_plan and not adaptive:
                         step_next = num_decode_steps[r] + (1 if dec else 0)
                         next_p = _lookup(offsets, plan_proposed, plan_accepted, r, step_next)[0]
                     work_seqs += 1
                     work_new += advanced
                     work_context += new_comp[k]
                     work_proposed += next_p
+            if adaptive and speculative:
+                # The next verify step's drafts (AdaptivePlan.lookup one step ahead).
+                batch_after = num_running - num_preempted + num_admitted
+                work_proposed = _pk_draft(
+                    pol_ints, pol_floats, staged, slots, slot_steps, slot_floats, pol_ema,
+                    pol_table, pol_scratch, acc_values, acc_offsets, ids, is_dec, drafting, n,
+                    batch_after, num_emitted, output, num_computed,
+                )  # fmt: skip
+                if work_proposed < 0:
+                    status = policy_kernel.NEED_STEP_TIME
+                    break
             shape[0, 0] = n
             shape[1, 0] = num_tokens
             shape[2, 0] = decode_tokens + completing
@@ -547,6 +584,9 @@ def _loop(stamp: int) -> Callable[..., int]:
                     last_emit_step[r] = step0
                 num_emitted[r] = prior + e
                 num_computed[r] = new_comp[k]
+            if adaptive:
+                _pk_observe(pol_ints, pol_floats, staged, slots, slot_steps, slot_floats,
+                            pol_ema, ids, prop, acc, n)  # fmt: skip
             j = num_records
             rec_f[0, j] = now
             rec_f[1, j] = duration
@@ -632,6 +672,14 @@ def _loop(stamp: int) -> Callable[..., int]:
     return run_steps
 
 
+# The policy kernels (:mod:`sim.engine.policy_kernel`), bound compiled by :func:`compiled`.
+_acc_len = policy_kernel.acc_len
+_pk_stage = policy_kernel.stage
+_pk_schedule = policy_kernel.schedule_k
+_pk_draft = policy_kernel.draft_proposed
+_pk_observe = policy_kernel.observe
+
+
 def _evaluate(*args: Any) -> int:
     """The cost evaluator (:func:`sim.engine.cost_eval.evaluate`, compiled), set by
     :func:`compiled` before the loop is compiled."""
@@ -648,6 +696,17 @@ def compiled() -> Callable[..., int] | None:
 
     for helper in (_lookup, _before, _heap_push, _heap_pop):
         globals()[helper.__name__] = numba.njit(cache=True, nogil=True)(helper)
+    # The policy kernels call each other through their module's names: all compiled first.
+    for kernel in policy_kernel.KERNELS:
+        setattr(policy_kernel, kernel.__name__, numba.njit(cache=True, nogil=True)(kernel))
+    for name, attribute in (
+        ("_acc_len", "acc_len"),
+        ("_pk_stage", "stage"),
+        ("_pk_schedule", "schedule_k"),
+        ("_pk_draft", "draft_proposed"),
+        ("_pk_observe", "observe"),
+    ):
+        globals()[name] = getattr(policy_kernel, attribute)
     globals()["_evaluate"] = evaluator[0]
     stamp = _source_stamp()
     loop: Any = numba.njit(cache=True, nogil=True)(_loop(stamp))
@@ -657,6 +716,6 @@ def compiled() -> Callable[..., int] | None:
 def _source_stamp() -> int:
     """A digest of the cost evaluator's and this module's source (non-negative)."""
     digest = hashlib.sha256()
-    for path in (Path(cost_eval.__file__), Path(__file__)):
+    for path in (Path(cost_eval.__file__), Path(policy_kernel.__file__), Path(__file__)):
         digest.update(path.read_bytes())
     return int.from_bytes(digest.digest()[:7], "little")

@@ -23,6 +23,7 @@ from sim.acceptance.policies import (
     PositionAcceptance,
     SglangEmaPolicy,
     SpeculationPolicy,
+    TabulatedStepTime,
 )
 from sim.engine.core import EngineCore
 
@@ -47,7 +48,9 @@ def _policy(kind: str, k_max: int, knob: int, num_requests: int) -> SpeculationP
         return DisableAboveBatchPolicy(k_max, max_batch_size=knob)  # on and off between steps
     if kind == "goodput":
         # Decides every knob steps; the first lookahead of a general step crosses a decision.
-        return GoodputPolicy(k_max, num_requests, _step_time, update_interval=knob)
+        # Tabulated as a run's own step time is (the form the compiled loop reads).
+        step_time = TabulatedStepTime(_step_time)
+        return GoodputPolicy(k_max, num_requests, step_time, update_interval=knob)
     if kind == "sglang-ema-slots":
         # Slots from 1, knob + 1 and knob + 3 sequences: batches cross them as they grow and
         # shrink (a stretch runs past finishes only within the lowest).
@@ -65,7 +68,11 @@ def _policy(kind: str, k_max: int, knob: int, num_requests: int) -> SpeculationP
     )
 
 
-def _core(setup: EngineSetup, kind: str, knob: int, seed: int, fast: bool) -> EngineCore:
+def _core(
+    setup: EngineSetup, kind: str, knob: int, seed: int, fast: bool, loop: bool = False
+) -> EngineCore:
+    """A node whose plan is ``kind``'s policy over random acceptance positions; ``loop``: with
+    the compiled loop (tests/engine/test_compiled_policies.py)."""
     n = len(setup.output_tokens)
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 12, size=n)
@@ -78,6 +85,8 @@ def _core(setup: EngineSetup, kind: str, knob: int, seed: int, fast: bool) -> En
     )
     core = build_core(replace(setup, plan=plan), fast)
     plan.bind(core.requests, lambda: len(core.scheduler.running))
+    core.compiled_loop = loop
+    core.compiled_loop_min_requests = 0
     return core
 
 

@@ -101,8 +101,10 @@ def test_sessions_and_scratch_rollback_stay_on_the_python_path() -> None:
         assert core.num_compiled_steps == 0
 
 
-def _scenario_records(overrides: list[str], loop: bool) -> tuple[dict[str, Any], Any, int]:
-    scenario, base_dir = load_scenario(REFERENCE, overrides)
+def _scenario_records(
+    overrides: list[str], loop: bool, path: Path = REFERENCE
+) -> tuple[dict[str, Any], Any, EngineCore]:
+    scenario, base_dir = load_scenario(path, overrides)
     simulation = build_simulation(scenario, base_dir)
     simulation.core.compiled_loop = loop
     simulation.core.compiled_loop_min_requests = 0
@@ -113,7 +115,7 @@ def _scenario_records(overrides: list[str], loop: bool) -> tuple[dict[str, Any],
     itl, itl_at = core.recorder.irregular_itl()
     records["itl.values"], records["itl.at"] = itl, itl_at
     summary = {k: v for k, v in result.summary.to_dict().items() if k != "wall_time_s"}
-    return records, summary, core.num_compiled_steps
+    return records, summary, core
 
 
 @pytest.mark.parametrize(
@@ -134,9 +136,9 @@ def _scenario_records(overrides: list[str], loop: bool) -> tuple[dict[str, Any],
 )
 def test_reference_workload_identical(overrides: list[str]) -> None:
     overrides = ["workload.num_requests=300", *overrides]
-    fast, fast_summary, num_compiled = _scenario_records(overrides, loop=True)
+    fast, fast_summary, core = _scenario_records(overrides, loop=True)
     slow, slow_summary, _ = _scenario_records(overrides, loop=False)
-    assert num_compiled > 0
+    assert core.num_compiled_steps > 0
     _assert_identical(fast, slow)
     assert fast_summary == slow_summary
 

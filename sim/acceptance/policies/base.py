@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sim.acceptance.plan import AcceptanceModel, Proposal
+from sim.engine.drafter import StepPlan
 from sim.errors import ScenarioError
 
 IntArray = NDArray[np.int64]
@@ -38,6 +39,45 @@ class PositionAcceptance:
         start = self.offsets[requests]
         length = self.offsets[requests + 1] - start
         return self.values[start + positions % length].astype(np.int64)
+
+    def fixed_plan(self, k: int, num_decode_tokens: IntArray) -> StepPlan:
+        """The plan of a chain of ``k`` drafts at every step read from these positions: each
+        request's verify steps from position 0, each emitting ``min(acc_len, k + 1)`` tokens
+        and moving that far, until its ``num_decode_tokens`` are out (the walk
+        :class:`TraceReplayModel` makes for a fixed-k plan). The ``fixed`` policy's run is this
+        plan's run: :meth:`AdaptivePlan.lookup` answers each step the same, read from the
+        position the request reached."""
+        needed = np.asarray(num_decode_tokens, dtype=np.int64)
+        rows = np.flatnonzero(needed > 0)
+        # The walking rows' first flat index, trace length, tokens needed and position.
+        first = self.offsets[rows]
+        length = self.offsets[rows + 1] - first
+        left = needed[rows]
+        position = np.zeros(rows.size, dtype=np.int64)
+        owners: list[IntArray] = []
+        steps: list[NDArray[np.uint8]] = []
+        while rows.size:
+            emitted = np.minimum(self.values[first + position % length], k + 1)
+            owners.append(rows)
+            steps.append(emitted)
+            position += emitted
+            going = position < left
+            if not going.all():
+                rows, first, length = rows[going], first[going], length[going]
+                left, position = left[going], position[going]
+        dtype = np.int8 if k <= np.iinfo(np.int8).max else np.int16
+        offsets = np.zeros(needed.size + 1, dtype=np.int64)
+        if not owners:
+            empty = np.zeros(0, dtype=dtype)
+            return StepPlan(offsets=offsets, proposed=empty, accepted=empty.copy())
+        owner = np.concatenate(owners)
+        np.cumsum(np.bincount(owner, minlength=needed.size), out=offsets[1:])
+        step_index = np.repeat(np.arange(len(owners)), [len(o) for o in owners])
+        accepted = np.zeros(owner.size, dtype=dtype)
+        accepted[offsets[owner] + step_index] = np.concatenate(steps) - 1
+        return StepPlan(
+            offsets=offsets, proposed=np.full(owner.size, k, dtype=dtype), accepted=accepted
+        )
 
     @classmethod
     def from_model(
@@ -65,7 +105,11 @@ class PositionAcceptance:
                 )
             keys = model._keys(needed.size, None, rng)
             traces = model.traces
-            lengths = traces.lengths[keys]
+            # A request reads positions below needed + k_max + 1 (a step starts below needed and
+            # looks one step ahead): a trace longer than that is kept to it, where no read
+            # wraps either way (a shorter one is kept whole, to wrap as it does). Whole traces
+            # of 30,000 requests took some 60 million int64 indices to gather.
+            lengths = np.minimum(traces.lengths[keys], needed + k_max + 1)
             offsets = np.zeros(needed.size + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
             starts = traces.offsets[keys]

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,6 @@ class GoodputPolicy(SpeculationPolicy):
         self.step_time = step_time
         self.since_update = update_interval  # decide at the first step
         self.current = k_max
-        self._depths = np.arange(k_max + 1, dtype=np.float64)
 
     @property
     def accepted_ema(self) -> FloatArray:
@@ -82,7 +82,12 @@ class GoodputPolicy(SpeculationPolicy):
         alpha = np.minimum(np.maximum(ema[0] / ema[1], 0.0), 0.999)
         context = int(view.computed.sum())
         # Σ_i (1 - α_i^{k+1}) / (1 - α_i) = Σ_{d<=k} Σ_i α_i^d: a running sum of power sums.
-        power_sums = np.power.outer(alpha, self._depths).sum(axis=0)
+        # The powers by repeated multiplication (α^d = α^{d-1} α), which the compiled loop
+        # (sim/engine/policy_kernel.py) reproduces to the bit; np.power rounds differently.
+        powers = np.empty((len(alpha), self.k_max + 1))
+        powers[:, 0] = 1.0
+        powers[:, 1:] = alpha[:, None]
+        power_sums = np.cumprod(powers, axis=1).sum(axis=0)
         tokens = np.cumsum(power_sums)
         seconds = self.step_time(view.batch_size, self.k_max, context)
         if seconds.ndim == 2:
@@ -160,14 +165,27 @@ CONTEXT_BIN_TOKENS = 128
 class TabulatedStepTime:
     """:data:`StepTime` computed once per (batch size, mean-context bin) and looked up after:
     the goodput policy asks at every decision, and a run meets a few hundred distinct keys.
-    The context is taken at the bin's centre, so two asks in one bin get the same answer."""
+    The context is taken at the bin's centre, so two asks in one bin get the same answer.
 
-    def __init__(self, step_time: StepTime) -> None:
+    With ``rows`` (the step time of many batch sizes at once, each at its own context: the same
+    numbers as one at a time, element by element), a miss tabulates its bin for every batch
+    size up to ``max_batch`` in one call: a 1,024-row bin costs about what five single keys
+    cost, and a run meets a few bins."""
+
+    def __init__(
+        self, step_time: StepTime, rows: StepTimes | None = None, max_batch: int = 0
+    ) -> None:
         self.step_time = step_time
         self.table: dict[tuple[int, int, int], FloatArray] = {}
+        self.rows_of = rows
+        self.max_batch = int(max_batch)
+        #: Whole bins: (k_max, bin) -> (max_batch + 1) x entry, batch size b at row b.
+        self.rows: dict[tuple[int, int], FloatArray] = {}
 
     def __call__(self, b: int, k_max: int, context: int) -> FloatArray:
         per_seq = round(float(context) / max(b, 1) / CONTEXT_BIN_TOKENS)
+        if self.rows_of is not None and 0 <= b <= self.max_batch:
+            return self.row(int(k_max), per_seq)[b]
         key = (int(b), int(k_max), per_seq)
         found = self.table.get(key)
         if found is None:
@@ -175,22 +193,50 @@ class TabulatedStepTime:
             found = self.table[key] = self.step_time(b, k_max, centre)
         return found
 
+    def row(self, k_max: int, per_seq: int) -> FloatArray:
+        """Every batch size's entry (0 to ``max_batch``) of one context bin (needs ``rows``)."""
+        found = self.rows.get((k_max, per_seq))
+        if found is None:
+            assert self.rows_of is not None
+            sizes = np.arange(self.max_batch + 1, dtype=np.int64)
+            centres = per_seq * CONTEXT_BIN_TOKENS * np.maximum(sizes, 1)
+            found = self.rows[(k_max, per_seq)] = self.rows_of(sizes, k_max, centres)
+        return found
 
-def cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode: int) -> StepTime:
+
+def cost_model_step_time(
+    cost_model: Any, drafter: Any, extra_tokens_per_decode: int, max_batch: int = 0
+) -> StepTime:
     """:data:`StepTime` from the run's own cost model and drafter: a verify step of ``b``
     sequences, each computing ``1 + extra + k`` tokens over ``context`` cached tokens in all,
-    plus the drafting of the next step's k drafts (tabulated: :class:`TabulatedStepTime`)."""
-    return TabulatedStepTime(_cost_model_step_time(cost_model, drafter, extra_tokens_per_decode))
-
-
-def _cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode: int) -> StepTime:
-    from sim.cost_model import StepShape
+    plus the drafting of the next step's k drafts (tabulated: :class:`TabulatedStepTime`, a bin
+    at a time for batches up to ``max_batch``)."""
+    rows = _cost_model_step_times(cost_model, drafter, extra_tokens_per_decode)
 
     def step_time(b: int, k_max: int, context: int) -> FloatArray:
+        return rows(np.array([b], dtype=np.int64), k_max, np.array([context], dtype=np.int64))[0]
+
+    return TabulatedStepTime(step_time, rows if max_batch > 0 else None, max_batch)
+
+
+#: Step times of many verify steps at once: batch sizes and their contexts -> batch x 2 x (k_max
+#: + 1), each row :data:`StepTime`'s two rows.
+StepTimes = Callable[[IntArray, int, IntArray], FloatArray]
+
+
+def _cost_model_step_times(
+    cost_model: Any, drafter: Any, extra_tokens_per_decode: int
+) -> StepTimes:
+    from sim.cost_model import StepShape
+
+    def step_times(sizes: IntArray, k_max: int, contexts: IntArray) -> FloatArray:
         k = np.arange(k_max + 1)
-        t = 1 + extra_tokens_per_decode + k
+        num, width = len(sizes), k.size
+        b = np.repeat(sizes, width)
+        context = np.repeat(contexts, width)
+        t = 1 + extra_tokens_per_decode + np.tile(k, num)
         shape = StepShape(
-            num_seqs=np.full(k.size, b),
+            num_seqs=b,
             num_tokens=b * t,
             num_logit_tokens=b * t,
             kv_read_tokens=context + b * t,
@@ -200,11 +246,13 @@ def _cost_model_step_time(cost_model: Any, drafter: Any, extra_tokens_per_decode
         total = sum(np.asarray(parts[key], dtype=np.float64) for key in parts if key != "draft_s")
         # Drafting with no sequence and with every sequence fully accepted (a draft model then
         # runs one more forward to keep its KV in step): the policy weighs the two rows.
-        seqs, context_tokens = np.full(2 * k.size, b), np.full(2 * k.size, context)
-        full = np.concatenate((0 * k, np.full(k.size, b)))
-        ks = np.concatenate((k, k))
-        work = DraftWork(seqs, b * (ks + 1), context_tokens, full, b * ks)
-        draft = np.asarray(drafter.draft_time_s(work), dtype=np.float64).reshape(2, k.size)
-        return np.asarray(total + np.where(k > 0, draft, 0.0), dtype=np.float64)
+        seqs = np.repeat(sizes, 2 * width)
+        context_tokens = np.repeat(contexts, 2 * width)
+        ks = np.tile(np.concatenate((k, k)), num)
+        full = np.tile(np.concatenate((0 * k, np.ones(width, dtype=np.int64))), num) * seqs
+        work = DraftWork(seqs, seqs * (ks + 1), context_tokens, full, seqs * ks)
+        draft = np.asarray(drafter.draft_time_s(work), dtype=np.float64).reshape(num, 2, width)
+        steps = np.asarray(total, dtype=np.float64).reshape(num, 1, width)
+        return np.asarray(steps + np.where(k > 0, draft, 0.0), dtype=np.float64)
 
-    return step_time
+    return step_times

@@ -1,0 +1,400 @@
+"""Per-step speculation policies inside the compiled loop.
+
+On the Python path :class:`~sim.acceptance.policies.AdaptivePlan` answers three queries a step:
+the scheduler's (each running row's k at its verify step), the drafting's (the next verify
+step's k, one step ahead, on a copy of a learning policy where its choice may move) and the step
+applied (``observe``). :func:`schedule_k`, :func:`draft_proposed` and :func:`observe` do the same
+with the same arithmetic on the policy's state in arrays
+(:class:`~sim.engine.policy_state.LoweredPolicy`, which says what is covered), reading acceptance
+as ``PositionAcceptance.at`` does, so :mod:`sim.engine.loop_kernel` gives the Python path's
+records bit for bit (``tests/engine/test_compiled_policies.py``). Nothing of the policy changes
+until the step commits: a step the loop abandons is computed again from the same state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+
+#: What the loop returns when a goodput decision needs a step time not tabulated yet (after the
+#: loop's own DONE, FULL, PYTHON and MISSING).
+NEED_STEP_TIME = 4
+
+#: Policy kinds (``ints[_KIND]``): none (a fixed plan), then the compiled policies.
+NONE, DISABLE, ORACLE, SGLANG, GOODPUT = 0, 1, 2, 3, 4
+
+# Slots of the policy's integer state.
+(
+    _KIND,
+    _K,
+    _MAX_BATCH,
+    _K_MAX,
+    _INTERVAL,
+    _WARMUP,
+    _NUM_SLOTS,
+    _ACTIVE,
+    _CURRENT,
+    _SINCE,
+    _NEED_B,
+    _NEED_CONTEXT,
+    _TWO_ROWS,
+) = range(13)
+_NUM_INTS = 13
+# Slots of the staged state (the scheduler's and the drafting's choices within one step).
+_S_ACTIVE, _S_CURRENT, _S_SINCE = range(3)
+# Columns of a slot (sglang-ema): lowest batch size, current steps, batches counted, candidates.
+_LOWEST, _STEPS, _COUNT, _NUM_STEPS = range(4)
+# Columns of a slot's floats: EMA, down and up hysteresis.
+_EMA, _DOWN, _UP = range(3)
+#: Tokens per context bin of the goodput step-time table (goodput.CONTEXT_BIN_TOKENS, checked
+#: in :func:`sim.engine.policy_state.lower`).
+_BIN_TOKENS = 128
+
+
+def acc_len(values: Any, offsets: IntArray, r: int, position: int) -> int:
+    """``acc_len`` of request ``r`` at output ``position`` (PositionAcceptance.at)."""
+    start = offsets[r]
+    return int(values[start + position % (offsets[r + 1] - start)])
+
+
+def _slot_of(slots: IntArray, num_slots: int, batch_size: int) -> int:
+    """The slot of the highest lowest batch size at or under ``batch_size``
+    (SglangEmaPolicy._slot_of)."""
+    index = 0
+    for i in range(num_slots):
+        if slots[i, _LOWEST] <= batch_size:
+            index = i
+    return index
+
+
+def _slot_after(
+    ints: IntArray,
+    floats: FloatArray,
+    slots: IntArray,
+    slot_steps: IntArray,
+    slot_floats: FloatArray,
+    s: int,
+    count: int,
+    accepted: int,
+) -> tuple[float, int, int]:
+    """Slot ``s``'s EMA, batch count and steps after a verify batch of ``count`` sequences that
+    accepted ``accepted`` drafts in all (SglangEmaPolicy.observe of one step; nothing
+    written)."""
+    alpha = floats[0]
+    ema = (1.0 - alpha) * slot_floats[s, _EMA] + alpha * (accepted / count)
+    c = int(slots[s, _COUNT]) + 1
+    current = int(slots[s, _STEPS])
+    w = ints[_WARMUP]
+    if not (c > w and (c - w) % ints[_INTERVAL] == 0):
+        return ema, c, current
+    # SGLang's step rule with hysteresis (sglang_ema._recompute).
+    steps, down, up = slot_steps[s], slot_floats[s, _DOWN], slot_floats[s, _UP]
+    num_steps = slots[s, _NUM_STEPS]
+    index = 0
+    for i in range(num_steps):
+        if steps[i] == current:
+            index = i
+    while index > 0 and ema <= steps[index - 1] - 0.5 + down:
+        index -= 1
+    while index < num_steps - 1 and ema > steps[index] - 0.5 + up:
+        index += 1
+    return ema, c, int(steps[index])
+
+
+def _holds_for(count: int, warmup: int, interval: int) -> int:
+    """SglangEmaPolicy.holds_for of a slot that counted ``count`` batches."""
+    following = warmup + interval * ((max(count, warmup) - warmup) // interval + 1)
+    return following - count
+
+
+def _best_k(
+    ints: IntArray,
+    table: FloatArray,
+    tried_acc: FloatArray,
+    tried: FloatArray,
+    m: int,
+    batch_size: int,
+    context: int,
+) -> int:
+    """GoodputPolicy._best_k over ``m`` rows with accepted/tried EMAs ``tried_acc``/``tried``,
+    ``context`` cached tokens in all, a batch of ``batch_size``; -1 (and the key in ``ints``)
+    when the step time of that batch and context bin is not tabulated yet."""
+    k_max = ints[_K_MAX]
+    b = batch_size if batch_size > 1 else 1
+    per_seq = int(np.rint(float(context) / b / _BIN_TOKENS))
+    if (
+        batch_size < 0
+        or batch_size >= table.shape[0]
+        or per_seq >= table.shape[1]
+        or math.isnan(table[batch_size, per_seq, 0, 0])
+    ):
+        ints[_NEED_B] = batch_size
+        ints[_NEED_CONTEXT] = context
+        return -1
+    power_sums = np.zeros(k_max + 1)
+    for i in range(m):
+        alpha = min(max(tried_acc[i] / tried[i], 0.0), 0.999)
+        p = 1.0
+        for d in range(k_max + 1):
+            power_sums[d] += p
+            p = p * alpha
+    best_k = 0
+    best = 0.0
+    tokens = 0.0
+    rows = m if m > 1 else 1
+    for d in range(k_max + 1):
+        tokens += power_sums[d]
+        seconds = table[batch_size, per_seq, 0, d]
+        if ints[_TWO_ROWS] != 0:
+            share = power_sums[d] / rows
+            seconds = seconds + share * (table[batch_size, per_seq, 1, d] - seconds)
+        rate = tokens / seconds
+        if d == 0 or rate > best:
+            best, best_k = rate, d
+    return best_k
+
+
+def _gather(
+    ema: FloatArray, scratch: FloatArray, rows: IntArray, m: int, num_computed: IntArray
+) -> int:
+    """The accepted and tried EMAs of the first ``m`` ``rows`` into ``scratch``; return their
+    cached tokens in all."""
+    context = 0
+    for i in range(m):
+        r = rows[i]
+        scratch[0, i] = ema[0, r]
+        scratch[1, i] = ema[1, r]
+        context += num_computed[r]
+    return context
+
+
+def schedule_k(
+    ints: IntArray,
+    staged: IntArray,
+    slots: IntArray,
+    ema: FloatArray,
+    table: FloatArray,
+    scratch: FloatArray,
+    running: IntArray,
+    num_running: int,
+    num_computed: IntArray,
+) -> int:
+    """The k the policy gives the running rows at the scheduler's query (one k for all; the
+    oracle's is per row, read by the caller); -1 when a step time is missing. Stages the
+    policy's own changes (its decision) in ``staged``."""
+    kind = ints[_KIND]
+    if kind == DISABLE:
+        return int(ints[_K]) if num_running <= ints[_MAX_BATCH] else 0
+    if kind == SGLANG:
+        active = _slot_of(slots, ints[_NUM_SLOTS], num_running)
+        staged[_S_ACTIVE] = active
+        return int(slots[active, _STEPS])
+    if kind == GOODPUT:
+        if staged[_S_SINCE] >= ints[_INTERVAL]:
+            context = _gather(ema, scratch, running, num_running, num_computed)
+            k = _best_k(ints, table, scratch[0], scratch[1], num_running, num_running, context)
+            if k < 0:
+                return -1
+            staged[_S_CURRENT] = k
+            staged[_S_SINCE] = 0
+        return int(staged[_S_CURRENT])
+    return 0
+
+
+def draft_proposed(
+    ints: IntArray,
+    floats: FloatArray,
+    staged: IntArray,
+    slots: IntArray,
+    slot_steps: IntArray,
+    slot_floats: FloatArray,
+    ema: FloatArray,
+    table: FloatArray,
+    scratch: FloatArray,
+    values: Any,
+    offsets: IntArray,
+    ids: IntArray,
+    is_dec: Any,
+    drafting: Any,
+    n: int,
+    batch_size: int,
+    num_emitted: IntArray,
+    output: IntArray,
+    num_computed: IntArray,
+) -> int:
+    """The drafts of the next verify step summed over the drafting rows, as the step's drafting
+    asks them (AdaptivePlan.lookup one step ahead of the decoding rows, ``batch_size`` the
+    running sequences after scheduling); -1 when a step time is missing."""
+    kind = ints[_KIND]
+    k_max = ints[_K_MAX]
+    any_dec = False
+    for j in range(n):
+        if is_dec[j]:
+            any_dec = True
+    total = 0
+    if kind == DISABLE:
+        k = int(ints[_K]) if batch_size <= ints[_MAX_BATCH] else 0
+        for j in range(n):
+            if drafting[j]:
+                total += k
+        return total
+    if kind == ORACLE:
+        for j in range(n):
+            if drafting[j]:
+                r = ids[j]
+                position = max(num_emitted[r] - 1, 0)
+                k = min(acc_len(values, offsets, r, position) - 1, k_max)
+                if is_dec[j]:
+                    k = min(acc_len(values, offsets, r, position + k + 1) - 1, k_max)
+                total += k
+        return total
+    if kind == SGLANG:
+        num_slots = ints[_NUM_SLOTS]
+        active = _slot_of(slots, num_slots, n)
+        staged[_S_ACTIVE] = active
+        k = int(slots[active, _STEPS])
+        k_next = k
+        if any_dec and _holds_for(slots[active, _COUNT], ints[_WARMUP], ints[_INTERVAL]) < 2:
+            # A copy of the policy observes this step as planned, then chooses.
+            count = 0
+            accepted = 0
+            for j in range(n):
+                if is_dec[j] and k > 0:
+                    r = ids[j]
+                    position = max(num_emitted[r] - 1, 0)
+                    count += 1
+                    accepted += min(acc_len(values, offsets, r, position) - 1, k)
+            if count > 0 and _slot_of(slots, num_slots, count) == active:
+                k_next = _slot_after(
+                    ints, floats, slots, slot_steps, slot_floats, active, count, accepted
+                )[2]
+        for j in range(n):
+            if drafting[j]:
+                total += k_next if is_dec[j] else k
+        return total
+    if kind == GOODPUT:
+        interval = ints[_INTERVAL]
+        since = staged[_S_SINCE]
+        if since >= interval:
+            context = _gather(ema, scratch, ids, n, num_computed)
+            best = _best_k(ints, table, scratch[0], scratch[1], n, batch_size, context)
+            if best < 0:
+                return -1
+            staged[_S_CURRENT] = best
+            staged[_S_SINCE] = 0
+            since = 0
+        k = int(staged[_S_CURRENT])
+        if not any_dec:
+            for j in range(n):
+                if drafting[j]:
+                    total += k
+            return total
+        forked = max(1, interval - since) < 2
+        # The rows still running at the next step (the finishing ones gone), their EMAs as the
+        # copy learnt this step (a decoding row that drafted), their cached tokens then.
+        alpha = floats[0]
+        m = 0
+        context = 0
+        for j in range(n):
+            r = ids[j]
+            moved = 0
+            a = 0
+            if is_dec[j]:
+                position = max(num_emitted[r] - 1, 0)
+                a = min(acc_len(values, offsets, r, position) - 1, k)
+                moved = a + 1
+            if is_dec[j] and moved >= output[r] - num_emitted[r]:
+                continue
+            accepted_ema = ema[0, r]
+            tried_ema = ema[1, r]
+            if forked and is_dec[j] and k > 0:
+                accepted_ema = accepted_ema + (a - accepted_ema) * alpha
+                tried_ema = tried_ema + (min(a + 1, k) - tried_ema) * alpha
+            scratch[0, m] = accepted_ema
+            scratch[1, m] = tried_ema
+            context += num_computed[r] + moved
+            m += 1
+        k_next = k
+        if forked and min(since + 1, interval) >= interval:
+            k_next = _best_k(ints, table, scratch[0], scratch[1], m, batch_size - (n - m), context)
+            if k_next < 0:
+                return -1
+        for j in range(n):
+            if not drafting[j]:
+                continue
+            if not is_dec[j]:
+                total += k
+                continue
+            r = ids[j]
+            position = max(num_emitted[r] - 1, 0)
+            moved = min(acc_len(values, offsets, r, position) - 1, k) + 1
+            if moved < output[r] - num_emitted[r]:
+                total += k_next
+        return total
+    return 0
+
+
+def observe(
+    ints: IntArray,
+    floats: FloatArray,
+    staged: IntArray,
+    slots: IntArray,
+    slot_steps: IntArray,
+    slot_floats: FloatArray,
+    ema: FloatArray,
+    ids: IntArray,
+    proposed: IntArray,
+    accepted: IntArray,
+    n: int,
+) -> None:
+    """Commit the step's choices (``staged``) and teach the policy the step's ``n`` rows:
+    drafts proposed and accepted (SpeculationPolicy.observe of one step)."""
+    kind = ints[_KIND]
+    if kind == SGLANG:
+        ints[_ACTIVE] = staged[_S_ACTIVE]
+        count = 0
+        total = 0
+        for j in range(n):
+            if proposed[j] > 0:
+                count += 1
+                total += accepted[j]
+        if count == 0:
+            return
+        s = _slot_of(slots, ints[_NUM_SLOTS], count)
+        value, c, current = _slot_after(
+            ints, floats, slots, slot_steps, slot_floats, s, count, total
+        )
+        slot_floats[s, _EMA] = value
+        slots[s, _COUNT] = c
+        slots[s, _STEPS] = current
+    elif kind == GOODPUT:
+        alpha = floats[0]
+        for j in range(n):
+            if proposed[j] > 0:
+                r = ids[j]
+                a = accepted[j]
+                ema[0, r] = ema[0, r] + (a - ema[0, r]) * alpha
+                ema[1, r] = ema[1, r] + (min(a + 1, proposed[j]) - ema[1, r]) * alpha
+        ints[_CURRENT] = staged[_S_CURRENT]
+        ints[_SINCE] = min(staged[_S_SINCE] + 1, ints[_INTERVAL])
+
+
+def stage(ints: IntArray, staged: IntArray) -> None:
+    """Start a step's staged state from the policy's."""
+    staged[_S_ACTIVE] = ints[_ACTIVE]
+    staged[_S_CURRENT] = ints[_CURRENT]
+    staged[_S_SINCE] = ints[_SINCE]
+
+
+#: Every kernel, for :func:`sim.engine.loop_kernel.compiled` to compile.
+KERNELS: tuple[Callable[..., Any], ...] = (
+    acc_len, _slot_of, _slot_after, _holds_for, _best_k,
+    _gather, schedule_k, draft_proposed, observe, stage,
+)  # fmt: skip
