@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from sim.acceptance.policies import (
     ADAPTIVE_METHODS,
@@ -20,6 +21,7 @@ from sim.acceptance.policies import (
     check_policy_support,
     cost_model_step_time,
 )
+from sim.acceptance.traces import TraceReplayModel
 from sim.calibrated_profiles import load_engine_profile
 from sim.catalogue import Model, get_gpu, get_model
 from sim.cost_model import StepCostModel
@@ -237,22 +239,15 @@ def build_simulation(
     max_num_seqs = _window_pool_seq_limit(memory_model, memory, engine, lookahead)
     plan: StepPlan
     drafter: Strategy | AdaptiveDrafter = strategy
-    if scenario.speculation.policy is None:
+    if scenario.speculation.policy is None or _is_fixed_at_configured_k(scenario, strategy):
+        # The fixed policy at the configured k drafts k at every step: the fixed-k run itself
+        # (the same plan from the same stream, the same drafter), built as cheaply.
         plan = strategy.plan(workload.output_tokens - 1, streams.stream("acceptance"))
     else:
         drafter = _adaptive_drafter(scenario, strategy, (model, gpu, cost_model, engine, base_dir))
         plan = _adaptive_plan(
             scenario, strategy, drafter, cost_model, workload, streams, engine.max_num_seqs
         )
-        assert strategy.proposal is not None
-        if (
-            not plan.adaptive
-            and len(plan.proposed)
-            and (int(plan.proposed[0]) == strategy.proposal.num_draft_tokens)
-        ):
-            # The fixed policy at the configured k: every step drafts k, which the adaptive
-            # drafter prices by the very strategy (it only adds its dispatch).
-            drafter = strategy
     requests = RequestTable(
         prompt_tokens=workload.prompt_tokens.astype(np.int64).copy(),
         output_tokens=workload.output_tokens.astype(np.int64).copy(),
@@ -335,23 +330,15 @@ def _adaptive_plan(
     streams: RandomStreams,
     max_num_seqs: int,
 ) -> StepPlan:
-    """The plan through which ``speculation.policy`` chooses k per step (``fixed``: the fixed-k
-    plan it amounts to, :meth:`PositionAcceptance.fixed_plan`) (its acceptance drawn
-    per output position from the ``acceptance`` stream, as the fixed plan draws from it).
-    Raise ScenarioError naming the key if the method, proposal or engine rules the policy out."""
+    """The plan through which ``speculation.policy`` chooses k per step (``fixed`` below the
+    configured k: the fixed-k plan it amounts to, :meth:`PositionAcceptance.fixed_plan`) (its
+    acceptance drawn per output position from the ``acceptance`` stream, as the fixed plan draws
+    from it). Raise ScenarioError naming the key if the method, proposal or engine rules the
+    policy out."""
     spec = scenario.speculation
     assert spec.policy is not None
-    if spec.method not in ADAPTIVE_METHODS or strategy.proposal is None:
-        raise ScenarioError(
-            f"speculation.policy: adaptive k needs a chain method ({', '.join(ADAPTIVE_METHODS)}),"
-            f" got {spec.method!r}"
-        )
-    if strategy.proposal.is_tree or strategy.proposal.tree_widths is not None:
-        raise ScenarioError("speculation.policy: adaptive k covers chains; drop speculation.tree")
-    if not spec.allow_unsupported:
-        preset = get_preset(scenario.engine.preset)
-        check_policy_support(spec.policy.name, preset.draft_support_from, preset.display_name)
-    assert strategy.acceptance is not None
+    _check_policy(scenario, strategy)
+    assert strategy.acceptance is not None and strategy.proposal is not None
     k_max = strategy.proposal.num_draft_tokens
     needed = workload.output_tokens.astype(np.int64) - 1
     acceptance = PositionAcceptance.from_model(
@@ -374,6 +361,47 @@ def _adaptive_plan(
         # the policy's, record for record), on the fixed plans' fast paths.
         return acceptance.fixed_plan(policy.k, needed)
     return AdaptivePlan(acceptance, policy, k_max)
+
+
+def _check_policy(scenario: Scenario, strategy: Strategy) -> None:
+    """Raise ScenarioError naming the key if the method, proposal, acceptance model or engine
+    rules ``speculation.policy`` out."""
+    spec = scenario.speculation
+    assert spec.policy is not None
+    if spec.method not in ADAPTIVE_METHODS or strategy.proposal is None:
+        raise ScenarioError(
+            f"speculation.policy: adaptive k needs a chain method ({', '.join(ADAPTIVE_METHODS)}),"
+            f" got {spec.method!r}"
+        )
+    if strategy.proposal.is_tree or strategy.proposal.tree_widths is not None:
+        raise ScenarioError("speculation.policy: adaptive k covers chains; drop speculation.tree")
+    if not spec.allow_unsupported:
+        preset = get_preset(scenario.engine.preset)
+        check_policy_support(spec.policy.name, preset.draft_support_from, preset.display_name)
+    assert strategy.acceptance is not None
+    PositionAcceptance.check_model(strategy.acceptance)
+
+
+def _is_fixed_at_configured_k(scenario: Scenario, strategy: Strategy) -> bool:
+    """Whether ``speculation.policy`` is ``fixed`` at ``num_speculative_tokens`` on trace replay
+    (checked, with its parameters, as any policy is): then the run is the fixed-k run, record
+    for record, since both draw the trace keys first from the ``acceptance`` stream and walk
+    them by ``min(acc_len, k + 1)``. A parametric model's fixed-k plan draws per step, not per
+    position, so there the policy keeps :meth:`PositionAcceptance.fixed_plan`."""
+    spec = scenario.speculation
+    if spec.policy is None or spec.policy.name != "fixed":
+        return False
+    _check_policy(scenario, strategy)
+    if not isinstance(strategy.acceptance, TraceReplayModel):
+        return False
+    assert strategy.proposal is not None
+    k_max = strategy.proposal.num_draft_tokens
+    policy = build_policy("fixed", spec.policy.params, k_max, 0, _no_step_time)
+    return isinstance(policy, FixedPolicy) and policy.k == k_max
+
+
+def _no_step_time(batch_size: int, k_max: int, context: int) -> NDArray[np.float64]:
+    raise AssertionError("the fixed policy reads no step time")
 
 
 def _window_pool_seq_limit(

@@ -18,10 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sim.acceptance.models import ConstantAlphaModel
 from sim.acceptance.policies import GoodputPolicy, PositionAcceptance, SglangEmaPolicy, build_policy
+from sim.acceptance.traces import TraceReplayModel, TraceSet
 from sim.errors import ScenarioError
 from sim.run import build_simulation, execute
 from sim.scenario import validate_document
@@ -59,6 +62,35 @@ def test_fixed_policy_reproduces_the_fixed_k_trace_replay_exactly(k: int) -> Non
     for key in today:
         assert np.array_equal(today[key], fixed[key]), key
     assert set(np.unique(fixed["spec_k"])) <= {0, k}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    traces=st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=30), min_size=1, max_size=6),
+    needed=st.lists(st.integers(0, 40), min_size=0, max_size=12),
+    k_max=st.integers(1, 4),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_replayed_positions_are_each_request_trace_kept_to_its_reach(
+    traces: list[list[int]], needed: list[int], k_max: int, seed: int
+) -> None:
+    # Request r replays trace keys[r] (drawn first from the stream, as the fixed-k plan draws
+    # them) kept to its first needed + k_max + 1 positions (a step starts below needed and
+    # looks one step ahead), or whole when shorter: read modulo its kept length, every position
+    # a request can reach reads the trace as trace replay does.
+    model = TraceReplayModel(TraceSet.from_lists(traces, "test"))
+    decode = np.array(needed, dtype=np.int64)
+    positions = PositionAcceptance.from_model(model, decode, k_max, np.random.default_rng(seed))
+    keys = np.random.default_rng(seed).integers(0, len(traces), size=len(needed))
+    assert positions.offsets.size == len(needed) + 1
+    for r, key in enumerate(keys.tolist()):
+        reach = max(needed[r], 1) + k_max + 1
+        kept = positions.values[positions.offsets[r] : positions.offsets[r + 1]]
+        assert kept.tolist() == traces[key][:reach]
+        reads = np.arange(reach, dtype=np.int64)
+        expected = np.array(traces[key], dtype=np.int64)[reads % len(traces[key])]
+        got = positions.at(np.full(reach, r, dtype=np.int64), reads)
+        assert np.array_equal(got, expected)
 
 
 @pytest.mark.parametrize("alpha", [0.3, 0.6, 0.85])

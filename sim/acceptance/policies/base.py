@@ -79,6 +79,29 @@ class PositionAcceptance:
             offsets=offsets, proposed=np.full(owner.size, k, dtype=dtype), accepted=accepted
         )
 
+    @staticmethod
+    def check_model(model: AcceptanceModel) -> None:
+        """Raise ScenarioError unless ``model``'s per-step draws are a function of position (a
+        chain trace without n-gram misses, or a chain model with one ``alpha`` per depth):
+        the models :meth:`from_model` reads."""
+        from sim.acceptance.models import PositionalAcceptanceModel, TargetTauModel
+        from sim.acceptance.traces import TraceReplayModel
+
+        if isinstance(model, TraceReplayModel):
+            if model.miss_probability > 0.0:
+                raise ScenarioError(
+                    "speculation.policy: adaptive policies replay chain traces; n-gram traces "
+                    "(misses at acc_len 1) are not supported"
+                )
+            return
+        if isinstance(model, TargetTauModel):
+            return
+        if not isinstance(model, PositionalAcceptanceModel) or model.match_rate < 1.0:
+            raise ScenarioError(
+                "speculation.policy: adaptive policies need a chain acceptance model (alpha, "
+                "per_position, mean_acceptance_length or a trace) without n-gram misses"
+            )
+
     @classmethod
     def from_model(
         cls,
@@ -96,33 +119,39 @@ class PositionAcceptance:
         from sim.acceptance.models import PositionalAcceptanceModel, TargetTauModel
         from sim.acceptance.traces import TraceReplayModel
 
+        cls.check_model(model)
         needed = np.maximum(np.asarray(num_decode_tokens, dtype=np.int64), 1)
         if isinstance(model, TraceReplayModel):
-            if model.miss_probability > 0.0:
-                raise ScenarioError(
-                    "speculation.policy: adaptive policies replay chain traces; n-gram traces "
-                    "(misses at acc_len 1) are not supported"
-                )
             keys = model._keys(needed.size, None, rng)
             traces = model.traces
             # A request reads positions below needed + k_max + 1 (a step starts below needed and
             # looks one step ahead): a trace longer than that is kept to it, where no read
             # wraps either way (a shorter one is kept whole, to wrap as it does). Whole traces
-            # of 30,000 requests took some 60 million int64 indices to gather.
+            # of 30,000 requests took some 60 million int64 indices to gather; the kept ones
+            # are copied a slice a request (an index array of the 6.7 million kept positions
+            # took twice as long to build and gather).
             lengths = np.minimum(traces.lengths[keys], needed + k_max + 1)
             offsets = np.zeros(needed.size + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
+            if needed.size == 0:
+                return cls(traces.acc_len[:0].copy(), offsets)
             starts = traces.offsets[keys]
-            gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-            return cls(traces.acc_len[gather], offsets)
+            acc_len = traces.acc_len
+            return cls(
+                np.concatenate(
+                    [
+                        acc_len[start:end]
+                        for start, end in zip(
+                            starts.tolist(), (starts + lengths).tolist(), strict=True
+                        )
+                    ]
+                ),
+                offsets,
+            )
         chain = Proposal.chain(k_max)
         if isinstance(model, TargetTauModel):
             model = PositionalAcceptanceModel([model.alpha_for(chain)])
-        if not isinstance(model, PositionalAcceptanceModel) or model.match_rate < 1.0:
-            raise ScenarioError(
-                "speculation.policy: adaptive policies need a chain acceptance model (alpha, "
-                "per_position, mean_acceptance_length or a trace) without n-gram misses"
-            )
+        assert isinstance(model, PositionalAcceptanceModel)
         reach = model.reach(chain)
         offsets = np.zeros(needed.size + 1, dtype=np.int64)
         np.cumsum(needed, out=offsets[1:])
