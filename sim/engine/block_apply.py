@@ -34,6 +34,8 @@ class BlockApplication:
     check: bool
     clock_s: float
     num_steps: int
+    last_step_start_s: float
+    last_step_end_s: float
     _decoding: IntArray | None
 
     def apply_block(
@@ -134,6 +136,10 @@ class BlockApplication:
         )
         self.clock_s = float(starts[length])
         self.num_steps += length
+        if length:
+            # When the last step applied ran (async scheduling reads it).
+            self.last_step_start_s = float(starts[length - 1])
+            self.last_step_end_s = self.clock_s
         # KV: each sequence ends holding exactly the blocks of its committed tokens. Those that
         # finished before the last step leave first, in time order: they need no settling (the
         # planner stops at the first that would name blocks for the prefix cache), and the last

@@ -150,22 +150,6 @@ class EngineCore(StepCosting, BlockApplication):
             return self.clock_s
         return self.last_step_start_s
 
-    def apply_block(
-        self,
-        block: StepBlock,
-        length: int,
-        starts: FloatArray,
-        durations: FloatArray,
-        parts: dict[str, FloatArray],
-        waiting_at: Callable[[FloatArray], IntArray] | None = None,
-    ) -> None:
-        """Apply the first ``length`` steps of ``block`` (:meth:`BlockApplication.apply_block`)
-        and keep when the last of them started and ended."""
-        super().apply_block(block, length, starts, durations, parts, waiting_at)
-        if length:
-            self.last_step_start_s = float(starts[length - 1])
-            self.last_step_end_s = float(starts[length])
-
     # --- deciding the next block ----------------------------------------------------------------
     def plan_next(
         self,
