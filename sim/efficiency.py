@@ -9,14 +9,11 @@ timings; the other GPUs carry them over by the rules stated in each entry (``doc
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
 from typing import Any
-
-import yaml
 
 from sim.cost_model import Efficiency
 from sim.errors import CatalogueError
+from sim.package_data import packaged_yaml
 
 #: The packaged file, relative to the ``sim`` package.
 EFFICIENCY_FILE = "data/hardware_efficiency.yaml"
@@ -24,17 +21,8 @@ EFFICIENCY_FILE = "data/hardware_efficiency.yaml"
 EFFICIENCY_FIELDS = ("bandwidth", "flops", "roofline_p", "gemm_floor_s")
 
 
-@cache
 def _table() -> dict[str, Any]:
-    # Parsed once per process: the file is package data and does not change while running.
-    text = resources.files("sim").joinpath(EFFICIENCY_FILE).read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CatalogueError(f"sim/{EFFICIENCY_FILE}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict):
-        raise CatalogueError(f"sim/{EFFICIENCY_FILE}: expected a mapping of GPU names")
-    return data
+    return packaged_yaml(EFFICIENCY_FILE, error=CatalogueError)
 
 
 def load_efficiency(gpu_name: str) -> Efficiency:

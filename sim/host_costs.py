@@ -44,15 +44,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, replace
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
-import yaml
 from numpy.typing import ArrayLike, NDArray
 
 from sim.errors import CatalogueError
+from sim.package_data import packaged_yaml
 
 FloatArray = NDArray[np.float64]
 
@@ -262,14 +260,8 @@ def _rule(preset: str, index: int, entry: Any) -> SpeculativeRule:
     )
 
 
-@cache
 def _document() -> dict[str, Any]:
-    # Parsed once per process: the file is package data and does not change while running.
-    text = resources.files("sim").joinpath(HOST_COSTS_FILE).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict) or not isinstance(data.get("presets"), dict):
-        raise CatalogueError(f"sim/{HOST_COSTS_FILE}: expected a mapping with 'presets'")
-    return data
+    return packaged_yaml(HOST_COSTS_FILE, section="presets", error=CatalogueError)
 
 
 def host_costs_document() -> dict[str, Any]:

@@ -9,12 +9,9 @@ The fits are in ``sim/data/kernels/<gpu>.yaml`` (:mod:`sim.kernels` reads them;
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
-import yaml
 from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import get_gpu
@@ -24,6 +21,7 @@ from sim.kernel_schema import (
     MoeEntry,
 )
 from sim.kernels import WEIGHT_BYTES, _need
+from sim.package_data import packaged_yaml
 
 FloatArray = NDArray[np.float64]
 
@@ -188,14 +186,9 @@ def moe_activation_bytes(
 MOE_KERNELS_FILE = "data/moe_kernels.yaml"
 
 
-@cache
 def moe_kernels_document() -> dict[str, Any]:
     """``sim/data/moe_kernels.yaml`` as a mapping. Raise CatalogueError if it is malformed."""
-    text = resources.files("sim").joinpath(MOE_KERNELS_FILE).read_text("utf-8")
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict) or not isinstance(data.get("deepgemm"), dict):
-        raise CatalogueError(f"sim/{MOE_KERNELS_FILE}: expected a mapping with 'deepgemm'")
-    return data
+    return packaged_yaml(MOE_KERNELS_FILE, section="deepgemm", error=CatalogueError)
 
 
 def deepgemm_flops_fraction() -> float:

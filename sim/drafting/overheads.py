@@ -11,14 +11,11 @@ plus the CPU cost of n-gram lookup.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any
-
-import yaml
 
 from sim.engine.presets import get_preset
 from sim.errors import CalibrationError
+from sim.package_data import packaged_yaml
 
 #: The packaged file, relative to the ``sim`` package.
 OVERHEADS_FILE = "data/draft_overheads.yaml"
@@ -47,17 +44,8 @@ class DraftOverheads:
                 raise ValueError(f"draft overhead {name} must be >= 0, got {getattr(self, name)}")
 
 
-@cache
 def _document() -> dict[str, Any]:
-    # Parsed once per process: the file is package data and does not change while running.
-    text = resources.files("sim").joinpath(OVERHEADS_FILE).read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CalibrationError(f"sim/{OVERHEADS_FILE}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("presets"), dict):
-        raise CalibrationError(f"sim/{OVERHEADS_FILE}: expected a mapping with 'presets'")
-    return data
+    return packaged_yaml(OVERHEADS_FILE, section="presets", error=CalibrationError)
 
 
 def overheads_document() -> dict[str, Any]:

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
-
-import yaml
 
 from sim.engine.frontend import FRONTEND_FIELDS, FrontEnd
 from sim.errors import ScenarioError
+from sim.package_data import packaged_yaml
 
 #: Preset fields a scenario's ``engine`` section can set (the rest describe the preset itself).
 SETTINGS = (
@@ -70,13 +68,8 @@ class EnginePreset:
     swa_full_tokens_ratio: float | None = None
 
 
-@cache
 def _document() -> dict[str, Any]:
-    text = resources.files("sim").joinpath(PRESETS_FILE).read_text("utf-8")
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict) or not isinstance(data.get("presets"), dict):
-        raise ScenarioError(f"sim/{PRESETS_FILE}: expected a mapping with 'presets'")
-    return data
+    return packaged_yaml(PRESETS_FILE, section="presets", error=ScenarioError)
 
 
 def _frontend(name: str, entry: Any) -> FrontEnd:
@@ -185,5 +178,5 @@ def get_preset(name: str) -> EnginePreset:
 
 def reload_presets() -> None:
     """Read the preset file again (after a calibration script rewrote it)."""
-    _document.cache_clear()
+    packaged_yaml.cache_clear()
     _presets.cache_clear()
