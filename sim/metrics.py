@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
+from sim.errors import ScenarioError
 from sim.step_stats import ItlSample, StepSource, as_source, step_totals
 from sim.summary import DistributionMs, Summary
 
@@ -113,7 +114,8 @@ def measurement_window(
     arrival; the first ``max(warmup_requests, round(f_start·n))`` and the last ``round(f_end·n)``
     are dropped; the window runs from the first kept arrival to the first dropped arrival at the
     end (the last arrival when none is dropped), and the kept requests that finished are measured.
-    Raise ValueError if a fraction is outside [0, 0.5).
+    Raise ValueError if a fraction is outside [0, 0.5); ScenarioError if the steady window has
+    no length (every kept request arrives at one instant: one request, or one closed-loop wave).
     """
     f_start, f_end = trim_fractions
     if not (0.0 <= f_start < 0.5 and 0.0 <= f_end < 0.5):
@@ -137,6 +139,12 @@ def measurement_window(
     kept[order[first:stop]] = True
     start = float(arrival_at_s[order[first]])
     end = float(arrival_at_s[order[stop]] if stop < n else arrival_at_s[order[n - 1]])
+    if end <= start:
+        raise ScenarioError(
+            f"measurement.window: steady: the {stop - first} request(s) it keeps of {n} all "
+            f"arrive at {start:g} s, so the window has no length to measure rates over; run "
+            "more requests, lower warmup_fraction/cooldown_fraction, or use window: full"
+        )
     return Window(start, end, kept, kept & finished, True)
 
 

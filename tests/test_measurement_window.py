@@ -128,3 +128,18 @@ def test_bad_measurement_keys_are_one_message_and_exit_2(assignment: str, messag
     result = CliRunner().invoke(app, ["run", "--set", assignment, "--out", "/dev/null/never"])
     assert result.exit_code == 2 and message in result.output, result.output
     assert "Traceback" not in result.output
+
+
+def test_a_steady_window_without_length_is_refused_naming_the_key() -> None:
+    """One kept request (or a wave arriving at one instant) leaves the steady window no length
+    to measure a rate over: refused, not summarised as zero throughput."""
+    from sim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"^measurement.window: steady: the 1 request"):
+        measurement_window(np.array([0.5]), np.array([2.5]), 0, (0.1, 0.1))
+    wave = np.zeros(8)
+    with pytest.raises(ScenarioError, match="all arrive at 0 s"):
+        measurement_window(wave, np.arange(1.0, 9.0), 0, (0.1, 0.1))
+    # Arrivals spread over time keep a window of positive length.
+    window = measurement_window(np.arange(8.0), np.arange(1.0, 9.0), 0, (0.1, 0.1))
+    assert window.end_at_s > window.start_at_s
