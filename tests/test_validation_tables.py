@@ -11,6 +11,7 @@ from sim.validation import format_report, is_miss, mape, speedup_checks, targets
 from sim.validation.runner import ValidationResult
 from sim.validation.tables import TOLERANCE
 from specsim.cli import app
+from tools.quoted_validation_points import EAGLE3_T3_BATCH, EAGLE3_T3_SPEEDUP
 
 
 def _result(
@@ -119,3 +120,59 @@ def test_cli_refuses_an_unknown_regime_with_exit_code_2() -> None:
     assert outcome.exit_code == 2
     assert "unknown regime 'fast'" in outcome.output
     assert "Traceback" not in outcome.output
+
+
+def _table3(
+    predicted: dict[str, dict[int, float]], measured: dict[str, tuple[float, ...]]
+) -> list[ValidationResult]:
+    rows = []
+    for method, values in predicted.items():
+        for batch, measured_value in zip(EAGLE3_T3_BATCH, measured[method], strict=True):
+            row = _result(
+                measured_value,
+                values[batch],
+                quantity="speedup",
+                regime="speculation",
+                point_id=f"eagle3-t3-{method}-bs{batch}",
+            )
+            rows.append(row)
+    return rows
+
+
+HEAD_RATIO = "EAGLE-3 / EAGLE-1 speedup ratio grows with batch (SGLang v0.4.4)"
+
+
+def _head_ratio_verdict(rows: list[ValidationResult]) -> bool | None:
+    return next(c.passed for c in speedup_checks(rows) if c.name == HEAD_RATIO)
+
+
+def test_head_ratio_check_passes_on_table3_itself_and_misses_a_constant_ratio() -> None:
+    # Predicting Table 3 exactly carries all of its growth (1.29 at batch 2 -> ~1.44 from 16);
+    # EAGLE-3 a fixed 6 % above EAGLE-1 at every batch carries none of it.
+    exact, constant = _exact_and_constant()
+    assert _head_ratio_verdict(_table3(exact, EAGLE3_T3_SPEEDUP)) is True
+    assert _head_ratio_verdict(_table3(constant, EAGLE3_T3_SPEEDUP)) is False
+    # Without a measured growth, or without a batch under load, the check does not judge.
+    flat = {"eagle": EAGLE3_T3_SPEEDUP["eagle"], "eagle3": EAGLE3_T3_SPEEDUP["eagle"]}
+    assert _head_ratio_verdict(_table3(exact, flat)) is None
+    small = [r for r in _table3(exact, EAGLE3_T3_SPEEDUP) if int(r.point_id.split("bs")[1]) < 16]
+    assert _head_ratio_verdict(small) is None
+
+
+def _exact_and_constant() -> list[dict[str, dict[int, float]]]:
+    exact = {m: dict(zip(EAGLE3_T3_BATCH, v, strict=True)) for m, v in EAGLE3_T3_SPEEDUP.items()}
+    constant = {"eagle": exact["eagle"], "eagle3": {b: 1.06 * v for b, v in exact["eagle"].items()}}
+    return [exact, constant]
+
+
+@given(st.lists(st.floats(0.5, 2.0), min_size=len(EAGLE3_T3_BATCH), max_size=len(EAGLE3_T3_BATCH)))
+def test_head_ratio_check_ignores_a_mechanism_both_heads_share(factors: list[float]) -> None:
+    # A batch mechanism both heads pay scales both speedups at a batch alike: the verdict stays
+    # (a pass stays a pass, a miss a miss).
+    for base in _exact_and_constant():
+        scaled = {
+            m: {b: v * f for (b, v), f in zip(values.items(), factors, strict=True)}
+            for m, values in base.items()
+        }
+        verdict = _head_ratio_verdict(_table3(base, EAGLE3_T3_SPEEDUP))
+        assert _head_ratio_verdict(_table3(scaled, EAGLE3_T3_SPEEDUP)) == verdict
