@@ -32,7 +32,12 @@ try:
         layout_of,
         moe_serving_points,
     )
-    from tools.quoted_validation_points import eagle3_tables, quoted_points
+    from tools.quoted_validation_points import (
+        eagle3_tables,
+        quoted_points,
+        specdecode_bench_points,
+    )
+    from tools.sweep_validation_points import sweep_points
     from tools.validation_rows import COLUMNS, _read, _row
 except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
     from blis_validation_points import blis_sim_to_real, blis_training  # type: ignore[no-redef]
@@ -44,7 +49,12 @@ except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
         layout_of,
         moe_serving_points,
     )
-    from quoted_validation_points import eagle3_tables, quoted_points  # type: ignore[no-redef]
+    from quoted_validation_points import (  # type: ignore[no-redef]
+        eagle3_tables,
+        quoted_points,
+        specdecode_bench_points,
+    )
+    from sweep_validation_points import sweep_points  # type: ignore[no-redef]
     from validation_rows import COLUMNS, _read, _row  # type: ignore[no-redef]
 
 OUT = Path(__file__).resolve().parents[1] / "sim" / "data" / "validation_points.csv"
@@ -261,6 +271,8 @@ def build(shared: Path) -> list[dict[str, Any]]:
         *ispass(shared),
         *eagle3_tables(),
         *quoted_points(),
+        *specdecode_bench_points(),
+        *sweep_points(),
         *moe_serving_points(shared, _row),
         *cpu_points(_row),
     ]

@@ -6,7 +6,12 @@ Llama-3.1-8B-Instruct, MT-bench, chain of 3): EAGLE-1's speedup falls from 1.40�
 0.93× at batch 24, while EAGLE-3 still gives 1.38× at batch 64. No measured tree sweep under load
 was found; the tree check runs the target of issue #8 (trees fall below 1× by batch 64), whose
 public basis is qualitative (SafeAILab/EAGLE issue #269: the maintainers advise no tree for batch
-> 1). The QPS crossover has no expressible measurement (vLLM PR #12755 is DeepSeek-R1 with MTP).
+> 1; arXiv:2601.11580 reports a k = 21 tree below 1× at batch 64 on SGLang v0.5.9 without
+printing the value). The concurrency sweep is a vLLM main build of January 2026 serving Qwen3-32B
+with an EAGLE-3 head on one H100, InstructCoder, k = 3, both arms measured at every concurrency
+(tomasruizt/vllm-scripts): 1.95× at 1 client, 1.52× at 64. The QPS crossover has no expressible
+measurement (vLLM PR #12755 is DeepSeek-R1 with MTP; the concurrency sweep caps its Poisson stream
+at the concurrency, so it is a closed loop, not a rate sweep).
 """
 
 from __future__ import annotations
@@ -43,14 +48,26 @@ class ShapeCheck:
         return f"{verdict}  {self.name}: {self.detail}"
 
 
-def _series(results: Sequence[ValidationResult], method: str) -> list[tuple[int, ValidationResult]]:
+#: The point-id stem of the concurrency sweep's EAGLE-3 rows at k = 3 (``-c<clients>`` follows).
+CONCURRENCY_SWEEP = "tomasruizt-qwen3-32b-eagle3-k3-c"
+CONCURRENCY_SWEEP_LABEL = "vLLM 2026-01, Qwen3-32B, InstructCoder, k=3"
+
+
+def _series(
+    results: Sequence[ValidationResult], method: str, stem: str = ""
+) -> list[tuple[int, ValidationResult]]:
+    """The predicted speedup rows whose id is ``stem`` + a number (by default the EAGLE-3
+    paper's Table 3 rows of ``method``: ``eagle3-t3-<method>-bs<batch>``), sorted by it."""
+    prefix = stem or f"eagle3-t3-{method}-bs"
     rows = []
     for result in results:
         if result.quantity != "speedup" or result.predicted is None:
             continue
-        if not result.point_id.startswith(f"eagle3-t3-{method}-bs"):
+        if not result.point_id.startswith(prefix):
             continue
-        rows.append((int(result.point_id.rsplit("bs", 1)[1]), result))
+        number = result.point_id[len(prefix) :]
+        if number.isdigit():
+            rows.append((int(number), result))
     return sorted(rows, key=lambda item: item[0])
 
 
@@ -154,18 +171,42 @@ def speedup_checks(
                 name,
                 value < 1.0,
                 f"predicted {value:.2f}x; target of issue #8, no measured value transcribed "
-                "(qualitative basis: SafeAILab/EAGLE issue #269)",
+                "(qualitative basis: SafeAILab/EAGLE issue #269; arXiv:2601.11580's project "
+                "page: a 21-token tree below 1x at batch 64 on SGLang v0.5.9, value not printed)",
             )
         )
+    checks.append(_concurrency_check(results))
     checks.append(
         ShapeCheck(
             "speedup falls with QPS",
             None,
             "the only measured QPS sweep with both arms (vLLM PR #12755, DeepSeek-R1 MTP) "
-            "is not expressible",
+            "is not expressible; the concurrency sweeps found cap their arrivals at the "
+            "concurrency (closed loops, checked above)",
         )
     )
     return checks
+
+
+def _concurrency_check(results: Sequence[ValidationResult]) -> ShapeCheck:
+    """EAGLE-3's predicted speedup falls from the fewest to the most clients of the expressible
+    concurrency sweep, as measured, and stays above 1× where the measurement does."""
+    name = f"EAGLE-3 speedup falls with concurrency ({CONCURRENCY_SWEEP_LABEL})"
+    series = _series(results, "eagle3", stem=CONCURRENCY_SWEEP)
+    if len(series) < 2:
+        return ShapeCheck(name, None, "no expressible concurrency sweep")
+    # _series keeps only rows with a prediction.
+    predicted = {clients: float(r.predicted or 0.0) for clients, r in series}
+    (low, first), (high, last) = series[0], series[-1]
+    falls = predicted[high] < predicted[low]
+    above_one = all(predicted[clients] > 1.0 for clients, r in series if r.measured > 1.0)
+    return ShapeCheck(
+        name,
+        falls and above_one,
+        f"predicted c{low} {predicted[low]:.2f}x -> c{high} {predicted[high]:.2f}x; measured "
+        f"{first.measured:.2f}x -> {last.measured:.2f}x"
+        + ("" if above_one else "; a predicted speedup <= 1x where the measured one is > 1x"),
+    )
 
 
 def tree_speedup_at(batch: int) -> float:
