@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from sim.catalogue import get_gpu, get_model
-from sim.moe import grouped_gemm_layer, moe_kernel_dtype
+from sim.errors import CatalogueError
+from sim.moe import (
+    default_moe_kernel,
+    grouped_gemm_layer,
+    matmul_ogs_efficiency,
+    matmul_ogs_refusal,
+    moe_kernel_dtype,
+)
 from sim.moe_kernel import moe_efficiency, moe_layer
 
 
@@ -53,3 +60,42 @@ def test_a_fit_carries_to_another_gpu_as_fractions_of_its_peaks() -> None:
     assert h200.flop_s_per_token == pytest.approx(h100.flop_s_per_token)
     n = np.array([4.0])
     assert h200.time_s(n)[0] < h100.time_s(n)[0]
+
+
+def test_sglang_runs_matmul_ogs_for_mxfp4_experts_on_hopper_only() -> None:
+    # SGLang's server picks triton_kernels (matmul_ogs) for gpt-oss with ep_size 1 on Hopper and
+    # FlashInfer on Blackwell; the vLLM presets keep the fused_moe pricing (moe_kernels.yaml).
+    h100, h200, b200 = get_gpu("h100-sxm"), get_gpu("h200"), get_gpu("b200")
+    mx = get_model("gpt-oss-120b").with_precision("mxfp4", "bf16")
+    assert default_moe_kernel("sglang-0.5", mx, h100) == "matmul_ogs"
+    assert default_moe_kernel("sglang-0.5", mx, h200) == "matmul_ogs"
+    assert default_moe_kernel("sglang-0.5", mx, b200) == "triton"
+    assert default_moe_kernel("vllm-v1", mx, h100) == "triton"
+    assert default_moe_kernel("sglang-0.5", get_model("gpt-oss-120b"), h100) == "triton"
+
+
+def test_matmul_ogs_streams_mxfp4_bytes_at_its_own_measured_efficiency() -> None:
+    mx = get_model("gpt-oss-120b").with_precision("mxfp4", "bf16")
+    h100 = get_gpu("h100-sxm")
+    ogs = grouped_gemm_layer(mx, h100, kernel="matmul_ogs")
+    bf16 = grouped_gemm_layer(get_model("gpt-oss-120b"), h100)
+    assert ogs is not None and bf16 is not None
+    assert ogs.efficiency == matmul_ogs_efficiency()
+    # Same bytes per weight (4.25 bits), read at the kernel's own fraction of the bandwidth.
+    ratio = (4.25 / 16) * bf16.efficiency.bandwidth / ogs.efficiency.bandwidth
+    assert ogs.weight_s_per_expert / bf16.weight_s_per_expert == pytest.approx(ratio)
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "words"),
+    [
+        ("gpt-oss-120b", "h100-sxm", "has bf16 weights"),
+        ("mixtral-8x7b", "h100-sxm", "has bf16 weights"),
+    ],
+)
+def test_matmul_ogs_on_weights_it_does_not_run_is_refused(model: str, gpu: str, words: str) -> None:
+    assert words in matmul_ogs_refusal(get_model(model), get_gpu(gpu))
+    mx = get_model("gpt-oss-120b").with_precision("mxfp4", "bf16")
+    assert "b200 is not one" in matmul_ogs_refusal(mx, get_gpu("b200"))
+    with pytest.raises(CatalogueError, match="matmul_ogs runs MXFP4 experts"):
+        grouped_gemm_layer(get_model(model), get_gpu(gpu), kernel="matmul_ogs")

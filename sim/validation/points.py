@@ -35,7 +35,9 @@ class ValidationPoint:
     ``kv_cache`` is the KV-cache format the source's engine ran with where it differs from the
     weights' default (empty: 16-bit). ``prompt_pool`` is the number of distinct prompts the
     source's harness sent in turn, each prompt recurring once per pass (``None``: every prompt
-    distinct).
+    distinct). ``num_turns`` is the number of turns of each conversation the harness held (MT-Bench
+    runs two: the second question is sent with the first answer in its prompt); ``num_requests``
+    then counts every turn (``None``: one-turn requests).
     """
 
     point_id: str
@@ -71,6 +73,7 @@ class ValidationPoint:
     tensor_parallel: int | None = None
     expert_parallel: int | None = None
     prompt_pool: int | None = None
+    num_turns: int | None = None
 
     @property
     def is_fitted(self) -> bool:
@@ -91,6 +94,7 @@ _INT_FIELDS = {
     "num_requests",
     "warmup_requests",
     "prompt_pool",
+    "num_turns",
 }
 _FLOAT_FIELDS = {"rate_per_s", "measured"}
 _REQUIRED = ("point_id", "source_group", "model", "gpu", "quantity", "measured", "unit", "source")
