@@ -25,6 +25,7 @@ def test_the_shipped_fit_is_the_tools_fit_of_the_measured_rows() -> None:
     shipped = moe_kernels_document()["mxfp4_matmul_ogs"]
     for name, value in params.items():
         assert shipped[name] == pytest.approx(value, rel=1e-3), name
+        assert shipped["ci95"][name] == pytest.approx(ci[name], rel=1e-3), name
         low, high = shipped["ci95"][name]
         assert low <= shipped[name] <= high, name
     assert len(rows) == 378
