@@ -9,9 +9,11 @@ carried over as fractions of this GPU's own peaks (bandwidth and tensor throughp
 fixed time: the kernel's efficiency, not its absolute speed, is what transfers (the rule
 ``sim/data/hardware_efficiency.yaml`` uses for dense GEMMs). Formats without a measured fused-MoE
 kernel (native FP4) keep the dense roofline; weight-only formats (int4 AWQ/GPTQ) dequantise inside
-a bf16 grouped GEMM (Marlin/Triton MoE kernels) and take the bf16 fit with their own bytes. MXFP4
-experts on Hopper run triton_kernels' matmul_ogs in both vLLM and SGLang, priced by that kernel's
-own measured fit (``mxfp4_matmul_ogs`` in ``sim/data/moe_kernels.yaml``) with MXFP4 bytes.
+a bf16 grouped GEMM (Marlin/Triton MoE kernels) and take the bf16 fit with their own bytes, as do
+MXFP4 experts on GPUs without FP4 tensor cores, except under ``engine.moe_kernel: matmul_ogs``
+(the default of the SGLang presets on Hopper): triton_kernels' matmul_ogs, priced by that
+kernel's own measured fit (``mxfp4_matmul_ogs`` in ``sim/data/moe_kernels.yaml``) with MXFP4
+bytes.
 
 FP8 checkpoints scaled per 128×128 block (DeepSeek-V3, Qwen3-FP8, GLM-4.5-FP8: config.json
 ``weight_block_size``) run the block-scaled kernel (``fp8_block``), the others the per-tensor one.
