@@ -155,3 +155,6 @@ def test_mt_bench_points_replay_two_turn_conversations_as_their_harness_ran_them
         assert workload["sessions"] == {"num_turns": 2, "think_time_s": 0.0}
         assert workload["num_requests"] == 160
         assert workload["arrival"] == {"process": "closed_loop", "concurrency": point.concurrency}
+        # The cards' acceptance lengths were measured at T = 0.7: the rows run at it, so a
+        # speculative row takes that acceptance, not another head's greedy one.
+        assert workload["temperature"] == 0.7

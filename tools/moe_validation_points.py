@@ -51,7 +51,7 @@ SPECDRIFT = (
 SPECDRIFT_20B = (
     "Dogacel/specdrift-gpt-oss-20b-eagle3 model card (arXiv:2605.09992), table 'H100 @ BS=1 - "
     "Baseline vs Ours (1-3-1-4)': SGLang, TP 1, MT-Bench 80 prompts, max 2048 tokens, T = 0.7; "
-    "baseline latency 444.05 s, throughput 304.93 tok/s"
+    "baseline latency 444.05 s, throughput 304.93 tok/s; EAGLE-3 371.90 tok/s"
 )
 #: The card's harness (sgl-project/SpecForge benchmarks/benchmarker: mtbench.py, base.py,
 #: utils.py): each of MT-Bench's 80 questions is one two-turn program (the second question sent
@@ -66,6 +66,9 @@ SPECDRIFT_TURNS = 2
 #: answers are taken as long as the 20b's (an assumption), and every answer as that mean (the
 #: spread of the lengths is not published).
 SPECDRIFT_ANSWER_TOKENS = 846
+#: The cards' sampling temperature: their acceptance lengths (2.41 for the 120b head, 2.347 for
+#: the 20b one, sim/data/acceptance_published_pairs.yaml) were measured at it.
+SPECDRIFT_TEMPERATURE = 0.7
 SPECDRIFT_HARNESS = (
     "harness: 80 two-turn MT-Bench conversations, one per client at a time (SpecForge "
     "run_batch, num_threads = batch size); answers 846 tokens each, the mean of the same "
@@ -246,6 +249,18 @@ def quoted(row_of: Callable[..., dict[str, Any]]) -> Iterator[dict[str, Any]]:
         "row's own (444.05 s x 304.93 tok/s / 160 answers)",
         **specdrift_common("gpt-oss-20b", 1, SPECDRIFT_20B),
     )
+    yield row_of(
+        point_id="moe-specdrift-gpt-oss-20b-eagle3-bs1",
+        method="eagle3",
+        num_speculative_tokens=3,
+        quantity="speedup",
+        statistic="ratio",
+        measured=f"{371.90 / 304.93:.3f}",
+        unit="x",
+        notes="371.90 vs 304.93 tok/s (ratio: ours); accept length 2.347 at T = 0.7 (3 steps, "
+        f"top-k 1, 4 draft tokens); {SPECDRIFT_HARNESS}",
+        **specdrift_common("gpt-oss-20b", 1, SPECDRIFT_20B),
+    )
 
 
 def specdrift_common(model: str, batch: int, source: str) -> dict[str, Any]:
@@ -266,6 +281,7 @@ def specdrift_common(model: str, batch: int, source: str) -> dict[str, Any]:
         dataset="mt-bench",
         num_requests=SPECDRIFT_QUESTIONS * SPECDRIFT_TURNS,
         num_turns=SPECDRIFT_TURNS,
+        temperature=SPECDRIFT_TEMPERATURE,
         source=source,
     )
 

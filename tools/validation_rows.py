@@ -43,6 +43,7 @@ COLUMNS = (
     "expert_parallel",
     "prompt_pool",
     "num_turns",
+    "temperature",
 )
 
 

@@ -179,7 +179,7 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
     workload: dict[str, Any] = {
         "num_requests": (point.num_requests or 0) + warmup,
         "arrival": _arrival(point),
-        "temperature": 0.0,
+        "temperature": point.temperature or 0.0,
         "dataset": point.dataset or None,
     }
     if point.arrival != "trace":
