@@ -69,6 +69,13 @@ SPECDRIFT_ANSWER_TOKENS = 846
 #: The cards' sampling temperature: their acceptance lengths (2.41 for the 120b head, 2.347 for
 #: the 20b one, sim/data/acceptance_published_pairs.yaml) were measured at it.
 SPECDRIFT_TEMPERATURE = 0.7
+#: The cards' rows: model, batch, baseline and EAGLE-3 output tok/s, the acceptance they quote.
+SPECDRIFT_ROWS = (
+    ("gpt-oss-120b", 1, "212", "285", "acceptance length 2.41", SPECDRIFT),
+    ("gpt-oss-120b", 8, "795", "1044", "acceptance length 2.41", SPECDRIFT),
+    ("gpt-oss-120b", 64, "1620", "2339", "acceptance length 2.43", SPECDRIFT),
+    ("gpt-oss-20b", 1, "304.93", "371.90", "accept length 2.347", SPECDRIFT_20B),
+)
 SPECDRIFT_HARNESS = (
     "harness: 80 two-turn MT-Bench conversations, one per client at a time (SpecForge "
     "run_batch, num_threads = batch size); answers 846 tokens each, the mean of the same "
@@ -212,55 +219,30 @@ def quoted(row_of: Callable[..., dict[str, Any]]) -> Iterator[dict[str, Any]]:
             notes="prompt and output lengths not stated: 256/256 simulated; decode speedup as "
             "quoted (one significant figure past the point)",
         )
-    for batch, base, spec in ((1, 212, 285), (8, 795, 1044), (64, 1620, 2339)):
-        common = specdrift_common("gpt-oss-120b", batch, SPECDRIFT)
+    for model, batch, base, spec, accept, source in SPECDRIFT_ROWS:
+        common = specdrift_common(model, batch, source)
         yield row_of(
-            point_id=f"moe-specdrift-gpt-oss-120b-baseline-bs{batch}",
+            point_id=f"moe-specdrift-{model}-baseline-bs{batch}",
             method="none",
             quantity="output_tok_s",
             statistic="mean",
-            measured=f"{base}",
+            measured=base,
             unit="tok/s",
             notes=SPECDRIFT_HARNESS,
             **common,
         )
         yield row_of(
-            point_id=f"moe-specdrift-gpt-oss-120b-eagle3-bs{batch}",
+            point_id=f"moe-specdrift-{model}-eagle3-bs{batch}",
             method="eagle3",
             num_speculative_tokens=3,
             quantity="speedup",
             statistic="ratio",
-            measured=f"{spec / base:.3f}",
+            measured=f"{float(spec) / float(base):.3f}",
             unit="x",
-            notes=f"{spec} vs {base} tok/s (ratio: ours); acceptance length 2.41-2.43 at "
-            f"T = 0.7 (3 steps, top-k 1, 4 draft tokens); {SPECDRIFT_HARNESS}",
+            notes=f"{spec} vs {base} tok/s (ratio: ours); {accept} at T = 0.7 (3 steps, top-k 1, "
+            f"4 draft tokens); {SPECDRIFT_HARNESS}",
             **common,
         )
-
-    # The sibling card's batch-1 baseline: same harness, the 32-expert gpt-oss-20b.
-    yield row_of(
-        point_id="moe-specdrift-gpt-oss-20b-baseline-bs1",
-        method="none",
-        quantity="output_tok_s",
-        statistic="mean",
-        measured="304.93",
-        unit="tok/s",
-        notes="harness as the gpt-oss-120b rows; the answers' mean length (846 tokens) is this "
-        "row's own (444.05 s x 304.93 tok/s / 160 answers)",
-        **specdrift_common("gpt-oss-20b", 1, SPECDRIFT_20B),
-    )
-    yield row_of(
-        point_id="moe-specdrift-gpt-oss-20b-eagle3-bs1",
-        method="eagle3",
-        num_speculative_tokens=3,
-        quantity="speedup",
-        statistic="ratio",
-        measured=f"{371.90 / 304.93:.3f}",
-        unit="x",
-        notes="371.90 vs 304.93 tok/s (ratio: ours); accept length 2.347 at T = 0.7 (3 steps, "
-        f"top-k 1, 4 draft tokens); {SPECDRIFT_HARNESS}",
-        **specdrift_common("gpt-oss-20b", 1, SPECDRIFT_20B),
-    )
 
 
 def specdrift_common(model: str, batch: int, source: str) -> dict[str, Any]:
