@@ -10,7 +10,13 @@ import pytest
 from sim.catalogue import get_gpu, get_model
 from sim.moe import grouped_gemm_layer
 from sim.moe_kernel import moe_kernels_document
-from tests.kernels.shared_data import SHARED, needs_shared
+from tests.kernels.shared_data import KERNEL_DATA, SHARED
+
+#: The vLLM 0.24.0 collection, beside the 0.19.0 one the other kernel tests read.
+MATMUL_OGS_ROWS = KERNEL_DATA / "h100_sxm_kernels" / "moe" / "vllm" / "0.24.0" / "moe_perf.parquet"
+needs_shared = pytest.mark.skipif(
+    not MATMUL_OGS_ROWS.is_file(), reason="vLLM 0.24.0 MoE microbenchmarks not beside the checkout"
+)
 
 
 @needs_shared
