@@ -43,7 +43,7 @@ from sim.errors import CatalogueError, ScenarioError
 from sim.hf_config import resolve_model
 from sim.host_costs import load_host_profile
 from sim.linear_attention import state_reserve_bytes
-from sim.moe import deepgemm_refusal
+from sim.moe import deepgemm_refusal, default_moe_kernel, matmul_ogs_refusal
 from sim.node_settings import batching_of, resolve_engine
 from sim.parallel import Layout, window_kv_reserve_bytes
 from sim.pipeline import (
@@ -155,13 +155,17 @@ def build_simulation(
         host = replace(host, per_layer_overhead_s=float(per_layer))
     if per_token is not None:
         host = replace(host, per_token_overhead_s=float(per_token))
-    if scenario.engine.moe_kernel == "deepgemm":
+    moe_kernel = scenario.engine.moe_kernel or default_moe_kernel(engine.name, model, gpu)
+    refusal = ""
+    if moe_kernel == "deepgemm":
         refusal = deepgemm_refusal(model, gpu)
-        if refusal:
-            raise ScenarioError(f"engine.moe_kernel: {refusal}")
+    elif moe_kernel == "matmul_ogs":
+        refusal = matmul_ogs_refusal(model, gpu)
+    if refusal:
+        raise ScenarioError(f"engine.moe_kernel: {refusal}")
     cost_terms: dict[str, Any] = dict(
         host=host,
-        moe_kernel=scenario.engine.moe_kernel,
+        moe_kernel=moe_kernel,
         speculative=method != "none",
         layout=layout,
         # A profile's fitted efficiency is the user's own hardware: it prices the linear layers.

@@ -8,9 +8,12 @@ used (:func:`sim.moe_kernel.moe_layer`). Where it has none, the H100 SXM fit of 
 carried over as fractions of this GPU's own peaks (bandwidth and tensor throughput) with the same
 fixed time: the kernel's efficiency, not its absolute speed, is what transfers (the rule
 ``sim/data/hardware_efficiency.yaml`` uses for dense GEMMs). Formats without a measured fused-MoE
-kernel (native FP4) keep the dense roofline; weight-only formats (int4 AWQ/GPTQ, MXFP4 on GPUs
-without FP4 tensor cores) dequantise inside a bf16 grouped GEMM (Marlin/Triton MoE kernels) and
-take the bf16 fit with their own bytes.
+kernel (native FP4) keep the dense roofline; weight-only formats (int4 AWQ/GPTQ) dequantise inside
+a bf16 grouped GEMM (Marlin/Triton MoE kernels) and take the bf16 fit with their own bytes, as do
+MXFP4 experts on GPUs without FP4 tensor cores, except under ``engine.moe_kernel: matmul_ogs``
+(the default of the SGLang presets on Hopper): triton_kernels' matmul_ogs, priced by that
+kernel's own measured fit (``mxfp4_matmul_ogs`` in ``sim/data/moe_kernels.yaml``) with MXFP4
+bytes.
 
 FP8 checkpoints scaled per 128×128 block (DeepSeek-V3, Qwen3-FP8, GLM-4.5-FP8: config.json
 ``weight_block_size``) run the block-scaled kernel (``fp8_block``), the others the per-tensor one.
@@ -30,6 +33,7 @@ from sim.catalogue import BF16_BYTES, GPU, Model
 from sim.errors import CatalogueError
 from sim.moe_kernel import (
     DeepGemmMoeLayer,
+    MoeEfficiency,
     MoeLayer,
     deepgemm_layer,
     moe_efficiency,
@@ -42,7 +46,7 @@ from sim.precision import compute_dtype
 REFERENCE_GPU = "h100-sxm"
 
 #: The expert kernels ``engine.moe_kernel`` can name.
-MOE_KERNELS = ("triton", "deepgemm")
+MOE_KERNELS = ("triton", "deepgemm", "matmul_ogs")
 
 
 def moe_kernel_dtype(model: Model, gpu: GPU) -> str | None:
@@ -92,7 +96,13 @@ def grouped_gemm_layer(
             ep=ep,
             efficiency=fit.efficiency,
         )
-    layer = _fused_moe(model, gpu, dtype, tp, ep)
+    ogs = None
+    if kernel == "matmul_ogs":
+        refusal = matmul_ogs_refusal(model, gpu)
+        if refusal:
+            raise CatalogueError(refusal)
+        ogs = matmul_ogs_efficiency()
+    layer = _fused_moe(model, gpu, dtype, tp, ep, ogs)
     if layer is None or dtype != "bf16" or model.weight_precision == "bf16":
         return layer
     # A weight-only format streams its own bytes through the bf16 kernel.
@@ -100,7 +110,56 @@ def grouped_gemm_layer(
     return replace(layer, weight_s_per_expert=layer.weight_s_per_expert * scale)
 
 
-def _fused_moe(model: Model, gpu: GPU, dtype: str, tp: int, ep: int) -> MoeLayer | None:
+def matmul_ogs_efficiency() -> MoeEfficiency:
+    """The measured fit of triton_kernels' matmul_ogs with MXFP4 weights (H100 SXM; fractions of
+    peak, carried to the other Hopper GPUs as every fused-MoE fit is)."""
+    entry = moe_kernels_document()["mxfp4_matmul_ogs"]
+    return MoeEfficiency(
+        float(entry["bandwidth"]),
+        float(entry["flops"]),
+        float(entry["roofline_p"]),
+        float(entry["floor_s"]),
+    )
+
+
+def matmul_ogs_refusal(model: Model, gpu: GPU) -> str:
+    """Why ``model``'s experts cannot be priced as matmul_ogs on ``gpu``, or "" if they can: the
+    fit is of MXFP4 weights upcast in the kernel, measured on Hopper."""
+    if model.spec.num_experts == 1:
+        return f"{model.name} has no routed experts"
+    if model.weight_precision != "mxfp4":
+        return (
+            f"matmul_ogs runs MXFP4 experts (precision.weights: mxfp4), {model.name} has "
+            f"{model.weight_precision} weights"
+        )
+    hopper = moe_kernels_document()["mxfp4_matmul_ogs"]["gpus"]
+    if gpu.name not in hopper or compute_dtype("mxfp4", gpu) != "bf16":
+        return (
+            f"matmul_ogs with MXFP4 weights is priced on Hopper GPUs ({', '.join(hopper)}), where "
+            f"it was measured; {gpu.name} is not one"
+        )
+    return ""
+
+
+def default_moe_kernel(preset: str, model: Model, gpu: GPU) -> str:
+    """The expert kernel engine preset ``preset`` runs by default for ``model`` on ``gpu``:
+    matmul_ogs for MXFP4 experts on Hopper under a preset listed in ``sim/data/moe_kernels.yaml``
+    (``mxfp4_matmul_ogs.presets``: SGLang, whose server picks triton_kernels for gpt-oss there),
+    triton otherwise (DeepGEMM releases are set per validation row: :func:`engine_moe_kernel`)."""
+    presets = moe_kernels_document()["mxfp4_matmul_ogs"]["presets"]
+    if preset in presets and not matmul_ogs_refusal(model, gpu):
+        return "matmul_ogs"
+    return "triton"
+
+
+def _fused_moe(
+    model: Model,
+    gpu: GPU,
+    dtype: str,
+    tp: int,
+    ep: int,
+    efficiency: MoeEfficiency | None = None,
+) -> MoeLayer | None:
     spec = model.spec
     shape: dict[str, Any] = {
         "hidden_size": spec.hidden_size,
@@ -110,6 +169,8 @@ def _fused_moe(model: Model, gpu: GPU, dtype: str, tp: int, ep: int) -> MoeLayer
         "tp": tp,
         "ep": ep,
     }
+    if efficiency is not None:
+        return moe_layer(gpu.name, dtype, efficiency=efficiency, **shape)
     try:
         return moe_layer(gpu.name, dtype, **shape)
     except CatalogueError:

@@ -3,12 +3,25 @@ fit measured on one GPU carries to another as fractions of its peaks."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from sim.build import Simulation
 from sim.catalogue import get_gpu, get_model
-from sim.moe import grouped_gemm_layer, moe_kernel_dtype
+from sim.cost_model import StepShape
+from sim.errors import CatalogueError, ScenarioError
+from sim.moe import (
+    default_moe_kernel,
+    grouped_gemm_layer,
+    matmul_ogs_efficiency,
+    matmul_ogs_refusal,
+    moe_kernel_dtype,
+)
 from sim.moe_kernel import moe_efficiency, moe_layer
+from sim.run import build_simulation
+from sim.scenario import validate_document
 
 
 def test_block_scaled_fp8_checkpoints_use_the_block_kernel() -> None:
@@ -53,3 +66,83 @@ def test_a_fit_carries_to_another_gpu_as_fractions_of_its_peaks() -> None:
     assert h200.flop_s_per_token == pytest.approx(h100.flop_s_per_token)
     n = np.array([4.0])
     assert h200.time_s(n)[0] < h100.time_s(n)[0]
+
+
+def test_sglang_runs_matmul_ogs_for_mxfp4_experts_on_hopper_only() -> None:
+    # SGLang's server picks triton_kernels (matmul_ogs) for gpt-oss with ep_size 1 on Hopper and
+    # FlashInfer on Blackwell; the vLLM presets keep the fused_moe pricing (moe_kernels.yaml).
+    h100, h200, b200 = get_gpu("h100-sxm"), get_gpu("h200"), get_gpu("b200")
+    mx = get_model("gpt-oss-120b").with_precision("mxfp4", "bf16")
+    assert default_moe_kernel("sglang-0.5", mx, h100) == "matmul_ogs"
+    assert default_moe_kernel("sglang-0.5", mx, h200) == "matmul_ogs"
+    assert default_moe_kernel("sglang-0.5", mx, b200) == "triton"
+    assert default_moe_kernel("vllm-v1", mx, h100) == "triton"
+    assert default_moe_kernel("sglang-0.5", get_model("gpt-oss-120b"), h100) == "triton"
+
+
+def test_matmul_ogs_streams_mxfp4_bytes_at_its_own_measured_efficiency() -> None:
+    mx = get_model("gpt-oss-120b").with_precision("mxfp4", "bf16")
+    h100 = get_gpu("h100-sxm")
+    ogs = grouped_gemm_layer(mx, h100, kernel="matmul_ogs")
+    bf16 = grouped_gemm_layer(get_model("gpt-oss-120b"), h100)
+    assert ogs is not None and bf16 is not None
+    assert ogs.efficiency == matmul_ogs_efficiency()
+    # Same bytes per weight (4.25 bits), read at the kernel's own fraction of the bandwidth.
+    ratio = (4.25 / 16) * bf16.efficiency.bandwidth / ogs.efficiency.bandwidth
+    assert ogs.weight_s_per_expert / bf16.weight_s_per_expert == pytest.approx(ratio)
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-120b", "mixtral-8x7b"])
+def test_matmul_ogs_on_weights_other_than_mxfp4_is_refused(model: str) -> None:
+    # Both are bf16 in the catalogue: the fit is of MXFP4 weights upcast inside the kernel.
+    h100 = get_gpu("h100-sxm")
+    assert "has bf16 weights" in matmul_ogs_refusal(get_model(model), h100)
+    with pytest.raises(CatalogueError, match="matmul_ogs runs MXFP4 experts"):
+        grouped_gemm_layer(get_model(model), h100, kernel="matmul_ogs")
+
+
+def test_matmul_ogs_off_hopper_is_refused() -> None:
+    # Blackwell multiplies FP4 natively (SGLang runs FlashInfer's MXFP4 kernel there).
+    mx = get_model("gpt-oss-120b").with_precision("mxfp4", "bf16")
+    assert "b200 is not one" in matmul_ogs_refusal(mx, get_gpu("b200"))
+    assert matmul_ogs_refusal(mx, get_gpu("h200")) == ""
+
+
+def _gpt_oss_on_h100(engine: dict[str, str]) -> Simulation:
+    document = {
+        "model": "gpt-oss-120b",
+        "precision": {"weights": "mxfp4"},
+        "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
+        "engine": engine,
+        "workload": {"num_requests": 2},
+    }
+    return build_simulation(validate_document(document, "t"), Path.cwd())
+
+
+def test_an_unset_kernel_is_the_presets_and_reaches_the_step_cost() -> None:
+    # Eight decoding sequences with 1,000 tokens of context each.
+    shape = StepShape(8, 8, 8, 8000, 8 * 1000.5)
+
+    def linear_s(engine: dict[str, str]) -> float:
+        return float(_gpt_oss_on_h100(engine).core.cost_model.breakdown(shape)["linear_s"])
+
+    sglang = linear_s({"preset": "sglang-0.5"})
+    assert sglang == linear_s({"preset": "sglang-0.5", "moe_kernel": "matmul_ogs"})
+    assert linear_s({"preset": "vllm-v1"}) == linear_s(
+        {"preset": "vllm-v1", "moe_kernel": "triton"}
+    )
+    # The measured kernel is slower than the bf16 fit with MXFP4 bytes: 36 layers at ~8 tokens.
+    assert sglang > linear_s({"preset": "sglang-0.5", "moe_kernel": "triton"}) + 36 * 10e-6
+    with pytest.raises(ScenarioError, match=r"engine\.moe_kernel: matmul_ogs runs MXFP4"):
+        build_simulation(
+            validate_document(
+                {
+                    "model": "mixtral-8x7b",
+                    "hardware": {"num_gpus": 2},
+                    "engine": {"moe_kernel": "matmul_ogs"},
+                    "workload": {"num_requests": 2},
+                },
+                "t",
+            ),
+            Path.cwd(),
+        )

@@ -142,3 +142,19 @@ def test_shipped_points_are_the_transcription_of_the_public_data() -> None:
     for fresh, kept in zip(rebuilt, shipped, strict=True):
         assert float(fresh["measured"]) == pytest.approx(float(kept["measured"]), rel=1e-6)
         assert str(fresh["source"]) == kept["source"]
+
+
+def test_mt_bench_points_replay_two_turn_conversations_as_their_harness_ran_them() -> None:
+    # SpecForge's MT-Bench benchmark runs each of the 80 questions as one two-turn program on
+    # batch-size threads; throughput is every answer's tokens over the whole batch's wall time.
+    multi = [p for p in load_points() if p.num_turns]
+    assert multi and all(p.point_id.startswith("moe-specdrift-") for p in multi)
+    for point in multi:
+        assert point.num_turns == 2 and point.num_requests == 160, point.point_id
+        workload = scenario_document(point)["workload"]
+        assert workload["sessions"] == {"num_turns": 2, "think_time_s": 0.0}
+        assert workload["num_requests"] == 160
+        assert workload["arrival"] == {"process": "closed_loop", "concurrency": point.concurrency}
+        # The cards' acceptance lengths were measured at T = 0.7: the rows run at it, so a
+        # speculative row takes that acceptance, not another head's greedy one.
+        assert workload["temperature"] == 0.7

@@ -50,6 +50,10 @@ def test_every_expressible_point_builds_a_scenario_of_its_setup() -> None:
             assert arrival.cv == CONSTANT_RATE_CV  # type: ignore[union-attr]
         steady = scenario.measurement.window == "steady"
         assert steady == (point.arrival in RATE_DRIVEN), point.point_id
+        # Multi-turn harnesses (MT-Bench's two questions) run as sessions, every turn counted.
+        sessions = scenario.workload.sessions
+        turns = sessions.num_turns if sessions is not None else 1
+        assert turns == (point.num_turns or 1), point.point_id
         if point.quantity == "speedup":
             assert build_scenario(point, method="none").speculation.method == "none"
     assert built >= 150

@@ -48,6 +48,40 @@ SPECDRIFT = (
     "Dogacel/specdrift-gpt-oss-120b-eagle3 model card (arXiv:2605.09992), table 'gpt-oss-120b "
     "EAGLE3 (1-3-1-4) on H100': SGLang, TP 1, MT-Bench 80 prompts, max 2048 tokens, T = 0.7"
 )
+SPECDRIFT_20B = (
+    "Dogacel/specdrift-gpt-oss-20b-eagle3 model card (arXiv:2605.09992), table 'H100 @ BS=1 - "
+    "Baseline vs Ours (1-3-1-4)': SGLang, TP 1, MT-Bench 80 prompts, max 2048 tokens, T = 0.7; "
+    "baseline latency 444.05 s, throughput 304.93 tok/s; EAGLE-3 371.90 tok/s"
+)
+#: The card's harness (sgl-project/SpecForge benchmarks/benchmarker: mtbench.py, base.py,
+#: utils.py): each of MT-Bench's 80 questions is one two-turn program (the second question sent
+#: with the first answer in its prompt, up to 2048 new tokens a turn), run by ``batch_size``
+#: threads (``run_batch(num_threads=batch_size)``); throughput is every answer's completion
+#: tokens over the wall time of the whole batch, so the last conversations' drain counts.
+SPECDRIFT_QUESTIONS = 80
+SPECDRIFT_TURNS = 2
+#: Mean answer length: the sibling card (Dogacel/specdrift-gpt-oss-20b-eagle3, same harness,
+#: same prompts, H100, batch 1) reports 444.05 s at 304.93 tok/s for the baseline, i.e.
+#: 444.05 x 304.93 / 160 answers = 846 tokens. No figure is published for gpt-oss-120b: its
+#: answers are taken as long as the 20b's (an assumption), and every answer as that mean (the
+#: spread of the lengths is not published).
+SPECDRIFT_ANSWER_TOKENS = 846
+#: The cards' sampling temperature: their acceptance lengths (2.41 for the 120b head, 2.347 for
+#: the 20b one, sim/data/acceptance_published_pairs.yaml) were measured at it.
+SPECDRIFT_TEMPERATURE = 0.7
+#: The cards' rows: model, batch, baseline and EAGLE-3 output tok/s, the acceptance they quote.
+SPECDRIFT_ROWS = (
+    ("gpt-oss-120b", 1, "212", "285", "acceptance length 2.41", SPECDRIFT),
+    ("gpt-oss-120b", 8, "795", "1044", "acceptance length 2.41", SPECDRIFT),
+    ("gpt-oss-120b", 64, "1620", "2339", "acceptance length 2.43", SPECDRIFT),
+    ("gpt-oss-20b", 1, "304.93", "371.90", "accept length 2.347", SPECDRIFT_20B),
+)
+SPECDRIFT_HARNESS = (
+    "harness: 80 two-turn MT-Bench conversations, one per client at a time (SpecForge "
+    "run_batch, num_threads = batch size); answers 846 tokens each, the mean of the same "
+    "harness's gpt-oss-20b baseline (444.05 s x 304.93 tok/s / 160 answers; no gpt-oss-120b "
+    "figure published); prompt ~100 tokens"
+)
 
 
 #: The source's harness per concurrency c (ai-dynamo/aiconfigurator @ 095f58a51c,
@@ -185,46 +219,53 @@ def quoted(row_of: Callable[..., dict[str, Any]]) -> Iterator[dict[str, Any]]:
             notes="prompt and output lengths not stated: 256/256 simulated; decode speedup as "
             "quoted (one significant figure past the point)",
         )
-    for batch, base, spec in ((1, 212, 285), (8, 795, 1044), (64, 1620, 2339)):
-        common: dict[str, Any] = dict(
-            source_group=GROUP,
-            engine="SGLang (2026, spec v2)",
-            preset="sglang-0.5",
-            model="gpt-oss-120b",
-            gpu="h100-sxm",
-            num_gpus=1,
-            precision="mxfp4",
-            arrival="closed_loop",
-            concurrency=batch,
-            prompt_tokens=100,
-            output_tokens=1024,
-            dataset="mt-bench",
-            num_requests=max(80, 2 * batch),
-            source=SPECDRIFT,
-        )
+    for model, batch, base, spec, accept, source in SPECDRIFT_ROWS:
+        common = specdrift_common(model, batch, source)
         yield row_of(
-            point_id=f"moe-specdrift-gpt-oss-120b-baseline-bs{batch}",
+            point_id=f"moe-specdrift-{model}-baseline-bs{batch}",
             method="none",
             quantity="output_tok_s",
             statistic="mean",
-            measured=f"{base}",
+            measured=base,
             unit="tok/s",
-            notes="prompt lengths (MT-Bench ~100 tokens) and output lengths (max 2048) "
-            "approximated as 100/1024",
+            notes=SPECDRIFT_HARNESS,
             **common,
         )
         yield row_of(
-            point_id=f"moe-specdrift-gpt-oss-120b-eagle3-bs{batch}",
+            point_id=f"moe-specdrift-{model}-eagle3-bs{batch}",
             method="eagle3",
             num_speculative_tokens=3,
             quantity="speedup",
             statistic="ratio",
-            measured=f"{spec / base:.3f}",
+            measured=f"{float(spec) / float(base):.3f}",
             unit="x",
-            notes=f"{spec} vs {base} tok/s (ratio: ours); acceptance length 2.41-2.43 at "
-            "T = 0.7 (3 steps, top-k 1, 4 draft tokens)",
+            notes=f"{spec} vs {base} tok/s (ratio: ours); {accept} at T = 0.7 (3 steps, top-k 1, "
+            f"4 draft tokens); {SPECDRIFT_HARNESS}",
             **common,
         )
+
+
+def specdrift_common(model: str, batch: int, source: str) -> dict[str, Any]:
+    """The columns the SpecDrift cards' rows share: SGLang on one H100, MXFP4 weights, the
+    SpecForge MT-Bench harness (80 two-turn conversations on ``batch`` clients)."""
+    return dict(
+        source_group=GROUP,
+        engine="SGLang (2026, spec v2)",
+        preset="sglang-0.5",
+        model=model,
+        gpu="h100-sxm",
+        num_gpus=1,
+        precision="mxfp4",
+        arrival="closed_loop",
+        concurrency=batch,
+        prompt_tokens=100,
+        output_tokens=SPECDRIFT_ANSWER_TOKENS,
+        dataset="mt-bench",
+        num_requests=SPECDRIFT_QUESTIONS * SPECDRIFT_TURNS,
+        num_turns=SPECDRIFT_TURNS,
+        temperature=SPECDRIFT_TEMPERATURE,
+        source=source,
+    )
 
 
 def moe_serving_points(shared: Path, row_of: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:

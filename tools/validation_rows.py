@@ -42,6 +42,8 @@ COLUMNS = (
     "tensor_parallel",
     "expert_parallel",
     "prompt_pool",
+    "num_turns",
+    "temperature",
 )
 
 

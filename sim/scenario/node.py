@@ -108,7 +108,7 @@ class EngineConfig(BaseModel):
     mixed_batches: bool | None = None
     max_prefills_per_step: int | None = Field(default=None, ge=0, le=MAX_BATCH_SEQS)
     profile: str | None = None
-    moe_kernel: Literal["triton", "deepgemm"] = "triton"
+    moe_kernel: Literal["triton", "deepgemm", "matmul_ogs"] | None = None
     fast_forward: bool = True
     frontend: FrontendConfig = FrontendConfig()
 

@@ -35,7 +35,11 @@ class ValidationPoint:
     ``kv_cache`` is the KV-cache format the source's engine ran with where it differs from the
     weights' default (empty: 16-bit). ``prompt_pool`` is the number of distinct prompts the
     source's harness sent in turn, each prompt recurring once per pass (``None``: every prompt
-    distinct).
+    distinct). ``num_turns`` is the number of turns of each conversation the harness held (MT-Bench
+    runs two: the second question is sent with the first answer in its prompt); ``num_requests``
+    then counts every turn (``None``: one-turn requests). ``temperature`` is the sampling
+    temperature the source states where it is not greedy (``None``: 0), which picks the published
+    acceptance a speculative point runs with.
     """
 
     point_id: str
@@ -71,6 +75,8 @@ class ValidationPoint:
     tensor_parallel: int | None = None
     expert_parallel: int | None = None
     prompt_pool: int | None = None
+    num_turns: int | None = None
+    temperature: float | None = None
 
     @property
     def is_fitted(self) -> bool:
@@ -91,8 +97,9 @@ _INT_FIELDS = {
     "num_requests",
     "warmup_requests",
     "prompt_pool",
+    "num_turns",
 }
-_FLOAT_FIELDS = {"rate_per_s", "measured"}
+_FLOAT_FIELDS = {"rate_per_s", "measured", "temperature"}
 _REQUIRED = ("point_id", "source_group", "model", "gpu", "quantity", "measured", "unit", "source")
 
 

@@ -25,6 +25,11 @@ token for its logits even on a full hit: ``max_cache_hit_length = num_tokens - 1
 pass on. The pool's first pass runs before the measured requests and is left out
 (:func:`pool_warmup`): the source's stage ran 600 s, in which the pool's first 100 requests were
 2 % of a 4,800-request stage 0 and none of a stage 1 that followed it on the same server.
+A point whose harness held multi-turn conversations (``num_turns``: MT-Bench's two questions,
+the second sent with the first answer in its prompt) runs them as ``workload.sessions`` of that
+many turns with no think time: a closed loop's client then holds one conversation at a time, as
+a benchmark thread runs one conversation's turns in order, and the turns of the last
+conversations are the drain the source's wall-clock throughput includes.
 A setup the simulator cannot express yet (FP8 weights, a model or GPU missing from the catalogue,
 a workload the source does not publish) is kept and named, never dropped.
 """
@@ -174,7 +179,7 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
     workload: dict[str, Any] = {
         "num_requests": (point.num_requests or 0) + warmup,
         "arrival": _arrival(point),
-        "temperature": 0.0,
+        "temperature": point.temperature or 0.0,
         "dataset": point.dataset or None,
     }
     if point.arrival != "trace":
@@ -183,6 +188,8 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
         if point.prompt_pool and point.prompt_tokens:
             workload["prefix"] = pool_prefix(point.prompt_pool, point.prompt_tokens)
             workload["prompt_tokens"] = {"distribution": "fixed", "value": 1}
+    if point.num_turns and point.num_turns > 1:
+        workload["sessions"] = {"num_turns": point.num_turns, "think_time_s": 0.0}
     measurement: dict[str, Any] = {"warmup_requests": warmup} if warmup else {}
     if point.arrival in RATE_DRIVEN:
         measurement.update(window="steady", warmup_fraction=RATE_DRIVEN_WARMUP)

@@ -1,0 +1,102 @@
+"""Fit the MXFP4 expert kernel of Hopper (triton_kernels' matmul_ogs) to its measured rows.
+
+vLLM and SGLang both run gpt-oss's MXFP4 experts on H100/H200 through OpenAI's Triton MoE kernels
+(``matmul_ogs``: bf16 activations times swizzled MXFP4 weights, upcast inside the kernel), not the
+bf16 ``fused_moe`` kernel whose fit prices other weight-only formats. AIConfigurator measured that
+kernel in vLLM 0.24.0 on an H100 for both gpt-oss shapes (H 2880, I 2880, top-4 of 128 or 32
+experts). This fits the fused-MoE roofline of :mod:`sim.moe_kernel` to those rows with the
+machinery of :mod:`tools.kernel_moe` (the collector's own routing counts, soft-L1 least squares on
+log ratios, a 100-resample bootstrap over configurations, each model shape held out in turn), with
+MXFP4's 4.25 bits a weight and the FLOPs at the bf16 peak, and prints the ``mxfp4_matmul_ogs``
+block of ``sim/data/moe_kernels.yaml``. Only deployments of up to 8 GPUs (``moe_tp × moe_ep <= 8``)
+are fitted: those are the ones the catalogue's gpt-oss runs on.
+
+Usage: ``python3 tools/moe_mxfp4_fit.py --shared DATA`` (DATA holds
+``data/under-load/aiconfigurator/h100_sxm_kernels/moe/vllm/0.24.0/moe_perf.parquet``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim.catalogue import get_gpu
+from sim.moe_kernel import moe_activation_bytes
+from sim.precision import WEIGHT_FORMATS
+from tools.kernel_fits import (
+    Roofline,
+    agreement_fields,
+    balanced_routing,
+    fit_kernel,
+    written,
+)
+from tools.kernel_moe import KEY, NAMES, SHAPE
+from tools.kernel_sources import COMMIT, LOCAL_ROOT, REPOSITORY
+
+REL = "moe/vllm/0.24.0/moe_perf"
+KERNEL_SOURCE = "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"
+MAX_GPUS = 8
+GPU = "h100-sxm"
+
+
+def load_rows(shared: Path) -> pd.DataFrame:
+    """The balanced matmul_ogs rows of up to :data:`MAX_GPUS` GPUs, medians of repeated keys."""
+    frame = pd.read_parquet(shared / LOCAL_ROOT / "h100_sxm_kernels" / f"{REL}.parquet")
+    rows = frame[
+        (frame.kernel_source == KERNEL_SOURCE)
+        & (frame.moe_dtype == "w4a16_mxfp4")
+        & (frame.distribution == "balanced")
+    ]
+    rows = rows[rows.moe_tp_size * rows.moe_ep_size <= MAX_GPUS]
+    return rows.groupby(KEY, as_index=False).latency.median()
+
+
+def roofline(rows: pd.DataFrame) -> Roofline:
+    """The rows' bytes and FLOPs terms: MXFP4 weights of the experts the collector touched, bf16
+    activations (:func:`sim.moe_kernel.moe_activation_bytes`), FLOPs at the bf16 peak."""
+    spec = get_gpu(GPU)
+    weight_bytes = WEIGHT_FORMATS["mxfp4"].bytes_per_weight
+    t = rows.num_tokens.to_numpy(dtype=np.float64)
+    k = rows.topk.to_numpy()
+    hidden = rows.hidden_size.to_numpy(dtype=np.float64)
+    inter = rows.inter_size.to_numpy() / rows.moe_tp_size.to_numpy()
+    keys = zip(rows.num_tokens, rows.num_experts, k, rows.moe_ep_size, strict=True)
+    counts = np.array([balanced_routing(*key) for key in keys], dtype=np.float64)
+    distinct, local = counts[:, 0], counts[:, 1]
+    weight = distinct * 3.0 * hidden * inter * weight_bytes
+    act = moe_activation_bytes(t * k, local, hidden, inter)
+    config = rows.groupby([*SHAPE, "moe_tp_size", "moe_ep_size"]).ngroup().to_numpy()
+    return Roofline(
+        (weight + act) / spec.hbm_bandwidth_bytes_per_s,
+        2.0 * local * 3.0 * hidden * inter / spec.bf16_dense_flops,
+        rows.latency.to_numpy(dtype=np.float64) * 1e-3,
+        config,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shared", type=Path, required=True, help="folder holding data/")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    rows = load_rows(args.shared)
+    folds = rows.num_experts.astype("category").cat.codes.to_numpy()
+    fitted = fit_kernel(roofline(rows), folds, args.seed)
+    params, ci = written(fitted, NAMES)
+    print(f"# {len(rows)} keys, shapes (experts): {sorted(rows.num_experts.unique())}")
+    print(f"source: {REPOSITORY}@{COMMIT[:10]}: .../h100_sxm/{REL}.parquet")
+    for name, value in params.items():
+        print(f"{name}: {value}")
+    print(f"ci95: {ci}")
+    print(f"agreement: {agreement_fields(fitted)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
