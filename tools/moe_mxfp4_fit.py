@@ -11,8 +11,13 @@ MXFP4's 4.25 bits a weight and the FLOPs at the bf16 peak, and prints the ``mxfp
 block of ``sim/data/moe_kernels.yaml``. Only deployments of up to 8 GPUs (``moe_tp × moe_ep <= 8``)
 are fitted: those are the ones the catalogue's gpt-oss runs on.
 
-Usage: ``python3 tools/moe_mxfp4_fit.py --shared DATA`` (DATA holds
-``data/under-load/aiconfigurator/h100_sxm_kernels/moe/vllm/0.24.0/moe_perf.parquet``).
+The rows fitted ship as ``tools/data/moe_matmul_ogs_h100_vllm0.24.0.csv`` (:data:`EXTRACT`: the
+medians of the 378 balanced keys, milliseconds, taken unchanged from AIConfigurator's
+``aic-core/src/aiconfigurator_core/systems/data/h100_sxm/moe/vllm/0.24.0/moe_perf.parquet`` at the
+commit of :data:`tools.kernel_sources.COMMIT`, Apache-2.0).
+
+Usage: ``python3 tools/moe_mxfp4_fit.py`` fits the shipped rows;
+``python3 tools/moe_mxfp4_fit.py --extract-from PARQUET`` first rewrites them from that file.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from tools.kernel_fits import (
     written,
 )
 from tools.kernel_moe import KEY, NAMES, SHAPE
-from tools.kernel_sources import COMMIT, LOCAL_ROOT, REPOSITORY
+from tools.kernel_sources import COMMIT, REPOSITORY
 
 REL = "moe/vllm/0.24.0/moe_perf"
 KERNEL_SOURCE = "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"
@@ -45,9 +50,19 @@ MAX_GPUS = 8
 GPU = "h100-sxm"
 
 
-def load_rows(shared: Path) -> pd.DataFrame:
-    """The balanced matmul_ogs rows of up to :data:`MAX_GPUS` GPUs, medians of repeated keys."""
-    frame = pd.read_parquet(shared / LOCAL_ROOT / "h100_sxm_kernels" / f"{REL}.parquet")
+#: The fitted rows, shipped with the project (see the module docstring for their source).
+EXTRACT = Path(__file__).resolve().parent / "data" / "moe_matmul_ogs_h100_vllm0.24.0.csv"
+
+
+def load_rows(path: Path = EXTRACT) -> pd.DataFrame:
+    """The shipped rows: one median latency (ms) per kernel key."""
+    return pd.read_csv(path)
+
+
+def extract_rows(parquet: Path) -> pd.DataFrame:
+    """The balanced matmul_ogs rows of up to :data:`MAX_GPUS` GPUs in AIConfigurator's collection
+    ``parquet``, medians of repeated keys."""
+    frame = pd.read_parquet(parquet)
     rows = frame[
         (frame.kernel_source == KERNEL_SOURCE)
         & (frame.moe_dtype == "w4a16_mxfp4")
@@ -82,10 +97,16 @@ def roofline(rows: pd.DataFrame) -> Roofline:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shared", type=Path, required=True, help="folder holding data/")
+    parser.add_argument(
+        "--extract-from",
+        type=Path,
+        help=f"AIConfigurator's h100_sxm/{REL}.parquet: rewrite the shipped rows from it first",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    rows = load_rows(args.shared)
+    if args.extract_from is not None:
+        extract_rows(args.extract_from).to_csv(EXTRACT, index=False)
+    rows = load_rows()
     folds = rows.num_experts.astype("category").cat.codes.to_numpy()
     fitted = fit_kernel(roofline(rows), folds, args.seed)
     params, ci = written(fitted, NAMES)

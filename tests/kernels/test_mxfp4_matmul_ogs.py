@@ -10,22 +10,14 @@ import pytest
 from sim.catalogue import get_gpu, get_model
 from sim.moe import grouped_gemm_layer
 from sim.moe_kernel import moe_kernels_document
-from tests.kernels.shared_data import KERNEL_DATA, SHARED
-
-#: The vLLM 0.24.0 collection, beside the 0.19.0 one the other kernel tests read.
-MATMUL_OGS_ROWS = KERNEL_DATA / "h100_sxm_kernels" / "moe" / "vllm" / "0.24.0" / "moe_perf.parquet"
-needs_shared = pytest.mark.skipif(
-    not MATMUL_OGS_ROWS.is_file(), reason="vLLM 0.24.0 MoE microbenchmarks not beside the checkout"
-)
 
 
-@needs_shared
 def test_the_shipped_fit_is_the_tools_fit_of_the_measured_rows() -> None:
     from tools.kernel_fits import fit_kernel, written
     from tools.kernel_moe import NAMES
     from tools.moe_mxfp4_fit import load_rows, roofline
 
-    rows = load_rows(SHARED)
+    rows = load_rows()
     folds = rows.num_experts.astype("category").cat.codes.to_numpy()
     params, ci = written(fit_kernel(roofline(rows), folds, 0), NAMES)
     shipped = moe_kernels_document()["mxfp4_matmul_ogs"]
@@ -37,14 +29,13 @@ def test_the_shipped_fit_is_the_tools_fit_of_the_measured_rows() -> None:
     assert len(rows) == 378
 
 
-@needs_shared
 def test_a_whole_gpt_oss_120b_layer_is_priced_within_ten_percent_of_its_measurement() -> None:
     # At 128 tokens the layer reads (nearly) every expert's MXFP4 weights once: the collector's
     # balanced routing touches all 128, the simulator's uniform routing 128·(1 − (1 − 4/128)^128)
     # = 125.8. Measured 0.778 ms on one H100 (vLLM 0.24.0's OAI Triton experts); modelled 0.721.
     from tools.moe_mxfp4_fit import load_rows
 
-    rows = load_rows(SHARED)
+    rows = load_rows()
     whole = rows[
         (rows.num_experts == 128)
         & (rows.moe_tp_size == 1)
