@@ -168,3 +168,24 @@ def test_the_aiperf_points_run_with_a_drained_warm_up() -> None:
             "warmup_requests": point.warmup_requests,
             "warmup_drained": True,
         }
+
+
+def test_a_drained_run_fast_forwarded_is_the_run_stepped() -> None:
+    # The stretch planner's clients release nothing while the warm-up drains, then a wave.
+    def run(fast: bool) -> Any:
+        document = {
+            "seed": 5,
+            "engine": {"fast_forward": fast},
+            "measurement": {"warmup_requests": 6, "warmup_drained": True},
+            "workload": {
+                "num_requests": 30,
+                "arrival": {"process": "closed_loop", "concurrency": 3},
+                "prompt_tokens": {"distribution": "uniform", "low": 20, "high": 600},
+                "output_tokens": {"distribution": "uniform", "low": 2, "high": 80},
+            },
+        }
+        return execute(build_simulation(validate_document(document, "ff"), Path(".")))
+
+    fast, stepped = run(True), run(False)
+    for name in ("arrival_at_s", "first_token_at_s", "finished_at_s"):
+        np.testing.assert_allclose(fast.requests[name], stepped.requests[name], rtol=1e-12)
