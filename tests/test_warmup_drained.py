@@ -111,18 +111,26 @@ def test_a_drain_needs_closed_loop_clients_and_a_warm_up() -> None:
         )
 
 
-def _run(drained: bool) -> tuple[Any, float]:
+def _closed_loop(
+    seed: int, warmup: int, drained: bool, num_requests: int, concurrency: int, **engine: Any
+) -> Any:
+    """Build a closed loop of mixed lengths with ``warmup`` warm-up requests."""
     document = {
-        "seed": 1,
-        "measurement": {"warmup_requests": 8, "warmup_drained": drained},
+        "seed": seed,
+        "engine": engine,
+        "measurement": {"warmup_requests": warmup, "warmup_drained": drained},
         "workload": {
-            "num_requests": 40,
-            "arrival": {"process": "closed_loop", "concurrency": 4},
-            "prompt_tokens": {"distribution": "uniform", "low": 50, "high": 800},
-            "output_tokens": {"distribution": "uniform", "low": 5, "high": 60},
+            "num_requests": num_requests,
+            "arrival": {"process": "closed_loop", "concurrency": concurrency},
+            "prompt_tokens": {"distribution": "uniform", "low": 20, "high": 800},
+            "output_tokens": {"distribution": "uniform", "low": 2, "high": 80},
         },
     }
-    sim = build_simulation(validate_document(document, "drain"), Path("."))
+    return build_simulation(validate_document(document, "closed loop"), Path("."))
+
+
+def _run(drained: bool) -> tuple[Any, float]:
+    sim = _closed_loop(1, 8, drained, 40, 4)
     return execute(sim), sim.arrivals.frontend.egress_s
 
 
@@ -173,18 +181,7 @@ def test_the_aiperf_points_run_with_a_drained_warm_up() -> None:
 def test_a_drained_run_fast_forwarded_is_the_run_stepped() -> None:
     # The stretch planner's clients release nothing while the warm-up drains, then a wave.
     def run(fast: bool) -> Any:
-        document = {
-            "seed": 5,
-            "engine": {"fast_forward": fast},
-            "measurement": {"warmup_requests": 6, "warmup_drained": True},
-            "workload": {
-                "num_requests": 30,
-                "arrival": {"process": "closed_loop", "concurrency": 3},
-                "prompt_tokens": {"distribution": "uniform", "low": 20, "high": 600},
-                "output_tokens": {"distribution": "uniform", "low": 2, "high": 80},
-            },
-        }
-        return execute(build_simulation(validate_document(document, "ff"), Path(".")))
+        return execute(_closed_loop(5, 6, True, 30, 3, fast_forward=fast))
 
     fast, stepped = run(True), run(False)
     for name in ("arrival_at_s", "first_token_at_s", "finished_at_s"):
