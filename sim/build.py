@@ -304,6 +304,9 @@ def build_simulation(
         workload.turn_think_time_s,
         frontend=engine.frontend,
         prompt_tokens=requests.prompt_tokens,
+        drain_after=(
+            scenario.measurement.warmup_requests if scenario.measurement.warmup_drained else 0
+        ),
     )
     return Simulation(scenario, engine, model, workload, strategy, memory, plan, core, arrivals)
 

@@ -328,7 +328,8 @@ def for_node(
     """The compiled loop for ``core`` serving ``arrivals`` (``on_finish(count)`` told of each
     batch of completions), or None where it does not apply: the loop off
     (``core.compiled_loop``) or fast-forward off (stepping is the reference path), sessions,
-    a capped open loop, async scheduling, prefill and decode
+    a capped open loop, a drained warm-up (its clients wait for a phase the loop does not
+    track), async scheduling, prefill and decode
     batches kept apart, scratch rollback, prefix caching, a plan that is neither a fixed one nor
     a policy the loop compiles (:func:`sim.engine.policy_state.lower`: not ``fixed``, which a
     run is built without, nor a goodput policy with a step time of its own), a cost model the
@@ -340,6 +341,7 @@ def for_node(
         or not core.fast_forward_enabled
         or arrivals._turns
         or arrivals._due_at_s is not None
+        or arrivals.drain_after
         or not cfg.mixed_batches
         or cfg.rollback_policy != "in_place"
         or kv.caching

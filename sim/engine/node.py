@@ -43,8 +43,13 @@ class ArrivalSchedule:
     its client sends it only when fewer than ``concurrency`` requests are in flight, in request
     order, so it is sent at ``max(arrival_at_s[i], the finish that frees a slot)``; as in the
     benchmark, whose semaphore wraps the request, latencies count from the send.
+    Drained warm-up (``drain_after`` > 0, closed loop): requests ``0 .. drain_after - 1`` form
+    a phase of their own; a client that would send a later request waits until every one of
+    them has finished (as its client sees it), then every waiting client sends at that instant,
+    as aiperf opens its profiling phase after its warm-up phase's credits are all returned.
     Raise ValueError if neither of ``arrival_at_s`` and ``concurrency`` is given, if a capped open
-    loop has sessions, or if a front end is given without ``prompt_tokens``.
+    loop has sessions, if a drained warm-up is given without closed-loop clients or with
+    sessions, or if a front end is given without ``prompt_tokens``.
     """
 
     def __init__(
@@ -57,6 +62,7 @@ class ArrivalSchedule:
         turn_think_time_s: float = 0.0,
         frontend: FrontEnd | None = None,
         prompt_tokens: NDArray[np.integer] | None = None,
+        drain_after: int = 0,
     ) -> None:
         if arrival_at_s is None and concurrency is None:
             raise ValueError("give arrival_at_s, concurrency or both")
@@ -75,6 +81,13 @@ class ArrivalSchedule:
         capped = arrival_at_s is not None and concurrency is not None
         if capped and self._turns:
             raise ValueError("a capped open loop (arrival_at_s with concurrency) has no sessions")
+        if drain_after and (arrival_at_s is not None or concurrency is None or self._turns):
+            raise ValueError("a drained warm-up needs closed-loop clients without sessions")
+        #: Requests of the warm-up phase (drained warm-up), and how many have not finished.
+        self.drain_after = drain_after
+        self._warmup_left = drain_after
+        #: Clients free to send (they wait here while a drained warm-up has not finished).
+        self._free = 0
         #: Capped open loop: when each request is due (its client may send it later).
         self._due_at_s: FloatArray | None = (
             np.asarray(arrival_at_s, dtype=np.float64) if capped else None
@@ -107,9 +120,19 @@ class ArrivalSchedule:
                 self._starts = []
         self._starts.reverse()  # popped from the end, in request order
         if concurrency is not None:
-            for _ in range(min(concurrency, len(self._starts))):
-                request = self._starts.pop()
-                self._issue(self._due(request, 0.0), request)
+            self._free = concurrency
+            self._send_free(0.0)
+
+    def _send_free(self, at_s: float) -> None:
+        """Each free client sends its next request at ``at_s`` (a capped open loop's when it is
+        due), in request order, unless that request waits for a drained warm-up to finish."""
+        while self._free and self._starts:
+            request = self._starts[-1]
+            if request >= self.drain_after and self._warmup_left > 0:
+                return
+            self._starts.pop()
+            self._free -= 1
+            self._issue(self._due(request, at_s), request)
 
     def _due(self, request: int, free_at_s: float) -> float:
         """When a client sends ``request`` given a slot free at ``free_at_s``."""
@@ -174,9 +197,11 @@ class ArrivalSchedule:
             follow = int(self._next_turn[request]) if self._turns else -1
             if follow >= 0:
                 self._issue(seen_at + self.turn_think_time_s, follow)
-            elif self._starts:
-                request = self._starts.pop()
-                self._issue(self._due(request, seen_at + self.think_time_s), request)
+            else:
+                self._free += 1
+            if request < self.drain_after:
+                self._warmup_left -= 1
+            self._send_free(seen_at + self.think_time_s)
 
 
 class ServingNode:

@@ -35,11 +35,17 @@ class MeasurementConfig(BaseModel):
     ``vllm bench serve --goodput ttft:500 tpot:50`` does. ``percentile_metrics`` and
     ``metric_percentiles`` choose the percentile block of the run folder's ``vllm_bench.json``,
     as ``--percentile-metrics`` and ``--metric-percentiles`` do for the benchmark (its defaults:
-    ``ttft, tpot, itl`` and ``99``).
+    ``ttft, tpot, itl`` and ``99``). ``warmup_drained`` (closed-loop clients only) runs the
+    ``warmup_requests`` as a phase of their own, as aiperf does: the clients send them, wait
+    until every one has finished, then all send their first measured request at once (aiperf's
+    ``CreditIssuingStrategy._execute_phases`` waits for the warm-up phase's credits to return
+    before it starts the profiling phase; ai-dynamo/aiperf ``aiperf/timing``). Without it the
+    clients go on from the warm-up requests to the measured ones without a pause.
     """
 
     model_config = _STRICT
     warmup_requests: int = Field(default=0, ge=0, le=MAX_REQUESTS)
+    warmup_drained: bool = False
     window: Literal["full", "steady"] = "full"
     warmup_fraction: float | None = Field(default=None, ge=0, lt=0.5)
     cooldown_fraction: float | None = Field(default=None, ge=0, lt=0.5)

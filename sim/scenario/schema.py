@@ -75,6 +75,14 @@ class Scenario(BaseModel):
             and self.measurement.warmup_requests >= self.workload.num_requests
         ):
             raise ValueError("measurement.warmup_requests must be < workload.num_requests")
+        if self.measurement.warmup_drained:
+            if self.measurement.warmup_requests == 0:
+                raise ValueError("measurement.warmup_drained needs measurement.warmup_requests > 0")
+            if self.workload.arrival.process != "closed_loop" or self.workload.sessions:
+                raise ValueError(
+                    "measurement.warmup_drained: only closed-loop clients without sessions wait "
+                    "for the warm-up to drain (workload.arrival.process: closed_loop)"
+                )
         if self.fleet is not None and self.speculation.policy is not None:
             # A policy's state is one node's (its batch, its sequences' acceptance).
             raise ValueError("speculation.policy: adaptive policies run on one node, not a fleet")

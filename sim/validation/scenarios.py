@@ -16,7 +16,12 @@ A point whose source states a warm-up (``warmup_requests``: requests its harness
 left out of its statistics) runs those requests first and measures the ``num_requests`` after
 them (``measurement.warmup_requests``), in the full window as the harness did; a closed loop's
 first wave, every client's prefill at once, then weighs in the mean as little as it did in the
-source.
+source. The harness of the points that state a warm-up (aiconfigurator's aiperf runs) drains it
+before it measures: aiperf's ``CreditIssuingStrategy._execute_phases`` waits until every warm-up
+credit has returned before it starts the profiling phase, whose semaphore of ``concurrency``
+credits then sends that many requests at once (ai-dynamo/aiperf ``aiperf/timing``), so a
+closed-loop point runs with ``measurement.warmup_drained``: its measured requests open with
+every client's request at the instant the last warm-up request ends.
 A point whose harness sent a fixed pool of prompts in turn (``prompt_pool``: inference-perf's
 shared-prefix generator cycles through its ``num_groups × num_prompts_per_group`` prompts) runs
 each distinct prompt as one shared prefix of all its tokens but the last (vLLM computes the last
@@ -191,6 +196,8 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
     if point.num_turns and point.num_turns > 1:
         workload["sessions"] = {"num_turns": point.num_turns, "think_time_s": 0.0}
     measurement: dict[str, Any] = {"warmup_requests": warmup} if warmup else {}
+    if point.warmup_requests and point.arrival == "closed_loop":
+        measurement["warmup_drained"] = True
     if point.arrival in RATE_DRIVEN:
         measurement.update(window="steady", warmup_fraction=RATE_DRIVEN_WARMUP)
     extra: dict[str, Any] = {"measurement": measurement} if measurement else {}
