@@ -111,6 +111,16 @@ def efficiency_entries(
     b200_ratio, b200_text = mamf("b200", "1745/2250")
     return {
         FIT_GPU: entry(bw, bw_ci, 1.0, method, [FIT_SOURCE]),
+        "h100-sxm-94gb": entry(
+            bw,
+            bw_ci,
+            1.0,
+            "all four fields carried over from h100-sxm (same GH100 SXM5 module, HBM2e in place "
+            f"of HBM3); {CARRIED}; no measured GEMM grid (the h100-sxm grid times HBM3 at 3.35 "
+            "TB/s and no clock or memory figure of this part would rescale it), so its GEMMs are "
+            "priced by the roofline with these fields",
+            [FIT_SOURCE, "no H100 SXM5 94GB operator profile available"],
+        ),
         "h100-pcie": entry(
             bw,
             bw_ci,

@@ -10,9 +10,12 @@ import pytest
 
 from sim.acceptance.config import build_acceptance_model
 from sim.acceptance.plan import Proposal
+from sim.build import build_simulation
+from sim.catalogue import get_gpu
+from sim.scenario import Scenario
 from sim.validation import speedup_checks
-from sim.validation.checks import CONCURRENCY_SWEEP
-from sim.validation.points import load_points
+from sim.validation.checks import CONCURRENCY_SWEEP, CROSSOVER_SWEEP
+from sim.validation.points import ValidationPoint, load_points
 from sim.validation.runner import ValidationResult
 from sim.validation.scenarios import inexpressible_reason, regime_of, scenario_document
 
@@ -47,18 +50,67 @@ def _sweep() -> list:
 def test_only_the_qwen_eagle3_rows_below_the_kv_bound_are_expressible() -> None:
     points = _sweep()
     expressible = {p.point_id for p in points if not inexpressible_reason(p)}
-    # EAGLE-3 at k = 1..6: InstructCoder at concurrency 1..64 (6 x 7 rows), MT-bench at 1..80
+    # EAGLE-3 at k = 1..6: InstructCoder at concurrency 1..128 (6 x 8 rows), MT-bench at 1..80
     # (6 x 8 rows).
-    assert len(expressible) == 42 + 48
+    assert len(expressible) == 48 + 48
     assert all(
         p.startswith(("tomasruizt-qwen3-32b-eagle3-", "tomasruizt-qwen3-32b-mtbench-eagle3-"))
         for p in expressible
     )
     kept = [p for p in points if p.point_id not in expressible]
-    # Every kept row says why: draft models outside the catalogue, the 94 GB GPU's KV pool
-    # binding at 128-256 clients, the unnamed GPUs without peer-to-peer of the 70B runs.
+    # Every kept row says why: draft models outside the catalogue, a simulated KV pool unlike
+    # the logged one where it binds (256 clients), the unnamed GPUs without peer-to-peer of the
+    # 70B runs.
     assert kept and all(inexpressible_reason(p) for p in kept)
     assert all(regime_of(p) == "speculation" for p in points)
+
+
+#: The source's KV pools (its logs' "GPU KV cache size" lines) and vLLM's block size.
+LOGGED_POOL_TOKENS = {"none": 69_232, "eagle3": 47_264}
+BLOCK_TOKENS = 16
+
+
+def _pool_demand(point: ValidationPoint) -> int:
+    """Tokens of KV the point's clients hold at once, in whole blocks: prompt, output and the
+    k lookahead slots of the last verify step, per client."""
+    lengths = (point.prompt_tokens, point.output_tokens, point.num_speculative_tokens)
+    per_request = sum(length or 0 for length in lengths)
+    return (point.concurrency or 0) * -(-per_request // BLOCK_TOKENS) * BLOCK_TOKENS
+
+
+def _simulated_pool(point: ValidationPoint, method: str) -> int:
+    document = scenario_document(point, method=method)
+    simulation = build_simulation(
+        Scenario.model_validate(document), Path.cwd(), step_records="summary"
+    )
+    return simulation.memory.num_kv_tokens
+
+
+@pytest.mark.parametrize("k", [3, 6])
+def test_the_rows_run_only_where_no_kv_pool_binds(k: int) -> None:
+    """The expressibility boundary follows the pools: at 128 clients the clients' blocks fit the
+    logged pools and the simulated ones, so the pool's size cannot move the row; at 256 every
+    pool binds and the simulated ones hold more requests than the logged ones, so those rows
+    are kept."""
+    points = {p.point_id: p for p in _sweep()}
+    fits = points[f"tomasruizt-qwen3-32b-eagle3-k{k}-c128"]
+    assert not inexpressible_reason(fits)
+    for method in ("none", "eagle3"):
+        demand = _pool_demand(fits)
+        assert demand <= LOGGED_POOL_TOKENS[method]
+        assert demand <= _simulated_pool(fits, method)
+    binds = points[f"tomasruizt-qwen3-32b-eagle3-k{k}-c256"]
+    assert inexpressible_reason(binds)
+    assert all(_pool_demand(binds) > tokens for tokens in LOGGED_POOL_TOKENS.values())
+
+
+def test_the_94_gb_h100_holds_what_the_log_reports_and_the_80_gb_one_cannot() -> None:
+    """vLLM gives weights and KV at most gpu_memory_utilization (0.9, the source's default) of
+    the GPU: the logged 61.03 GiB of weights beside 16.91 GiB of KV exceed 0.9 x 80 GiB, so the
+    source's GPU is not the 80 GB part; the 94 GB part holds them."""
+    logged = (61.03 + 16.91) * 2**30
+    assert logged > 0.9 * get_gpu("h100-sxm").memory_bytes
+    assert logged < 0.9 * get_gpu("h100-sxm-94gb").memory_bytes
 
 
 def test_a_sweep_point_runs_as_the_sources_harness_sent_it() -> None:
@@ -93,9 +145,9 @@ def test_the_shipped_acceptance_reproduces_the_measured_length_at_every_k(
     assert low - 0.04 <= tau <= high + 0.04
 
 
-def _result(clients: int, measured: float, predicted: float) -> ValidationResult:
+def _result(point_id: str, measured: float, predicted: float) -> ValidationResult:
     return ValidationResult(
-        point_id=f"{CONCURRENCY_SWEEP}{clients}",
+        point_id=point_id,
         regime="speculation",
         setup="a setup",
         quantity="speedup",
@@ -112,7 +164,9 @@ def _result(clients: int, measured: float, predicted: float) -> ValidationResult
 
 def _concurrency_check(predicted: dict[int, float]) -> bool | None:
     measured = {1: 1.95, 16: 1.80, 64: 1.52}
-    results = [_result(c, measured[c], value) for c, value in predicted.items()]
+    results = [
+        _result(f"{CONCURRENCY_SWEEP}{c}", measured[c], value) for c, value in predicted.items()
+    ]
     return next(c for c in speedup_checks(results) if "concurrency" in c.name).passed
 
 
@@ -121,3 +175,21 @@ def test_the_concurrency_check_wants_a_falling_speedup_that_stays_above_one() ->
     assert _concurrency_check({1: 1.5, 16: 1.7, 64: 1.8}) is False  # rises with concurrency
     assert _concurrency_check({1: 1.8, 16: 1.2, 64: 0.9}) is False  # below 1x where measured > 1x
     assert _concurrency_check({}) is None
+
+
+def _crossover_check(predicted: dict[tuple[int, int], float]) -> bool | None:
+    """The crossover check over rows keyed (k, clients); measured as the source printed them."""
+    measured = {(3, 64): 1.519, (3, 128): 1.171, (5, 64): 1.347, (5, 128): 0.924, (6, 128): 0.808}
+    results = [
+        _result(f"{CROSSOVER_SWEEP}{k}-c{clients}", measured[(k, clients)], value)
+        for (k, clients), value in predicted.items()
+    ]
+    return next(c for c in speedup_checks(results) if "crosses 1x" in c.name).passed
+
+
+def test_the_crossover_check_wants_each_row_on_its_measured_side_of_one() -> None:
+    above = {(3, 64): 1.4, (3, 128): 1.1, (5, 64): 1.3}
+    assert _crossover_check({**above, (5, 128): 0.95, (6, 128): 0.9}) is True
+    assert _crossover_check({**above, (5, 128): 1.05, (6, 128): 0.9}) is False  # k5 stays above
+    assert _crossover_check({**above, (3, 128): 0.97, (5, 128): 0.9}) is False  # k3 too early
+    assert _crossover_check(above) is None  # nothing measured below 1x is expressible

@@ -8,8 +8,9 @@ printing its output throughput, with and without speculation, at every client co
 numbers below are transcribed from the printed benchmark results in its logs (the repository's
 ``results/full-bench-data.parquet`` holds the same values):
 
-* Qwen3-32B (bf16) on one H100 of 94 GB (the LRZ partition ``lrz-hgx-h100-94x4`` its Slurm files
-  name; the KV pool the log reports, 16.91 GiB beside 61.03 GiB of weights, fits 94 GB, not 80),
+* Qwen3-32B (bf16) on one H100 SXM5 94GB (the LRZ partition ``lrz-hgx-h100-94x4`` its Slurm files
+  name, an HGX board of four; the KV pool the log reports, 16.91 GiB beside 61.03 GiB of weights,
+  fits 94 GB, not 80),
   InstructCoder, temperature 0, concurrency 1-256: no speculation; EAGLE-3
   (RedHatAI/Qwen3-32B-speculator.eagle3) at k = 1-6; draft models Qwen3-1.7B and Qwen3-4B at k = 3.
 * the same GPU and engine on MT-bench (philschmid/mt-bench: its 80 questions, 76 prompt tokens on
@@ -71,15 +72,34 @@ QWEN_DRAFT_K3 = {
     "Qwen3-1.7B": (56.21, 108.85, 210.75, 407.33, 759.23, 1370.34, 2202.62, 2558.97, 2476.90),
     "Qwen3-4B": (51.99, 100.75, 192.89, 379.10, 719.52, 1256.93, 1871.52, 1883.49, 1925.96),
 }
-#: The GPU's KV pool, from the logs: 69,232 tokens without speculation, 47,264 with EAGLE-3
-#: (k = 3). A concurrency of 128 x (146 + 200) tokens fills the EAGLE-3 pool and 256 overflows
-#: both; the catalogue H100 is the 80 GB part, whose smaller pool binds already at 128.
-QWEN_KV_BOUND = 128
+#: The catalogue part the Qwen3-32B runs are replayed on: the source's Slurm files name the LRZ
+#: partition ``lrz-hgx-h100-94x4``, an HGX board of four H100 SXM5 94GB (sim/data/catalogue.yaml
+#: gives the part and its sources); its log's 61.03 GiB of weights beside 16.91 GiB of KV exceed
+#: the 80 GB part's 0.9 x 80 GiB, so the GPU is not the 80 GB one.
+QWEN_GPU = "h100-sxm-94gb"
+#: The KV pool, from the logs (vLLM's default gpu_memory_utilization 0.9: the command line does
+#: not set it): 69,232 tokens (16.91 GiB) without speculation, 47,264 (11.72 GiB, beside 63.94 GiB
+#: of target and head weights) with EAGLE-3 at every k. The simulation's memory plan on the 94 GB
+#: part gives 83,504 and 76,336 tokens (20.39 and 18.93 GiB): it prices 3.2 GiB of activations
+#: and reserve where the logs leave 6.7 GiB (8.9 with EAGLE-3) and 1.46 GiB of head weights where
+#: the log counts 2.91. At 128 clients a request holds at most 23 blocks (148 + 200 tokens and k
+#: lookahead, 16-token blocks): 47,104 tokens, just under the smallest pool, so none binds (with
+#: the mean prompt length) and the rows run. At 256 clients (22 blocks each, 90,112 tokens) every
+#: pool binds, and the simulated pools hold 237 and 216
+#: requests where the logged ones hold 196 and 134: the EAGLE-3 arm would lose a tenth of its
+#: clients to the pool where it lost a third, so these rows stay kept.
+QWEN_KV_BOUND = 256
+QWEN_KV_REASON = (
+    "at this concurrency every KV pool binds, and the simulated ones do not match the logs': "
+    "the memory plan on the H100 SXM5 94GB gives 83,504 tokens without speculation and 76,336 "
+    "with EAGLE-3 where the logs report 69,232 and 47,264 (237 and 216 requests held instead "
+    "of 196 and 134)"
+)
 QWEN_GPU_NOTE = (
-    "GPU approximated: the source's H100 of 94 GB is not in the catalogue and is run as the 80 GB "
-    "H100 SXM; at this concurrency neither the source's KV pool (69,232 tokens without "
-    "speculation, 47,264 with EAGLE-3) nor the 80 GB part's binds. The source's baseline decodes "
-    "at 34.0 ms TPOT at concurrency 1 (Qwen3-32B bf16), slower than an H100 SXM moves 61 GiB"
+    "GPU H100 SXM5 94GB (the source's partition lrz-hgx-h100-94x4); its HBM2e bandwidth is "
+    "derived, not published (sim/data/catalogue.yaml); the KV pool binds in neither the logs "
+    "(69,232 tokens without speculation, 47,264 with EAGLE-3) nor the simulation at this "
+    "concurrency"
 )
 
 #: MT-bench: every run sends the 80 questions (6,078 prompt tokens), 256 output tokens each.
@@ -167,7 +187,7 @@ def _speedup_row(
 
 
 def qwen_sweep() -> Iterator[dict[str, Any]]:
-    """Qwen3-32B on one 94 GB H100: EAGLE-3 at k = 1-6 and two draft models at k = 3."""
+    """Qwen3-32B on one H100 SXM5 94GB: EAGLE-3 at k = 1-6 and two draft models at k = 3."""
     # (method, point-id tag, k, throughputs, run-folder stem, draft model or "")
     arms: list[tuple[str, str, int, tuple[float, ...], str, str]] = [
         ("eagle3", f"eagle3-k{k}", k, values, f"sd-eagle3-{EAGLE3_HEAD}-k{k}", "")
@@ -186,16 +206,11 @@ def qwen_sweep() -> Iterator[dict[str, Any]]:
             if draft:
                 reason = f"draft model Qwen/{draft} not in the catalogue"
             elif concurrency >= QWEN_KV_BOUND:
-                reason = (
-                    "the source's H100 of 94 GB is not in the catalogue, and at this "
-                    "concurrency its KV pool (69,232 tokens without speculation, 47,264 with "
-                    "EAGLE-3, per the logs) binds; the 80 GB part's smaller pool would bind "
-                    "differently"
-                )
+                reason = QWEN_KV_REASON
             yield _speedup_row(
                 point_id=f"tomasruizt-qwen3-32b-{tag}-c{concurrency}",
                 model="qwen3-32b",
-                gpu="h100-sxm",
+                gpu=QWEN_GPU,
                 num_gpus=1,
                 method=method,
                 k=k,
@@ -226,7 +241,7 @@ def mt_bench_sweep() -> Iterator[dict[str, Any]]:
             yield _speedup_row(
                 point_id=f"tomasruizt-qwen3-32b-mtbench-eagle3-k{k}-c{concurrency}",
                 model="qwen3-32b",
-                gpu="h100-sxm",
+                gpu=QWEN_GPU,
                 num_gpus=1,
                 method="eagle3",
                 k=k,

@@ -9,7 +9,9 @@ public basis is qualitative (SafeAILab/EAGLE issue #269: the maintainers advise 
 > 1; arXiv:2601.11580 reports a k = 21 tree below 1× at batch 64 on SGLang v0.5.9 without
 printing the value). The concurrency sweep is a vLLM main build of January 2026 serving Qwen3-32B
 with an EAGLE-3 head on one H100, InstructCoder, k = 3, both arms measured at every concurrency
-(tomasruizt/vllm-scripts): 1.95× at 1 client, 1.52× at 64. The QPS crossover has no expressible
+(tomasruizt/vllm-scripts): 1.95× at 1 client, 1.52× at 64; its speedup falls below 1× at 256
+clients for every k and at 128 for k >= 5 (the 256-client rows are kept: the simulated KV pool
+there does not match the logged one). The QPS crossover has no expressible
 measurement (vLLM PR #12755 is DeepSeek-R1 with MTP; the concurrency sweep caps its Poisson stream
 at the concurrency, so it is a closed loop, not a rate sweep).
 """
@@ -51,6 +53,10 @@ class ShapeCheck:
 #: The point-id stem of the concurrency sweep's EAGLE-3 rows at k = 3 (``-c<clients>`` follows).
 CONCURRENCY_SWEEP = "tomasruizt-qwen3-32b-eagle3-k3-c"
 CONCURRENCY_SWEEP_LABEL = "vLLM 2026-01, Qwen3-32B, InstructCoder, k=3"
+#: The point-id stem of the same sweep's EAGLE-3 rows at any k (``<k>-c<clients>`` follows):
+#: measured below 1x at 256 clients for every k and at 128 for k >= 5.
+CROSSOVER_SWEEP = "tomasruizt-qwen3-32b-eagle3-k"
+CROSSOVER_SWEEP_KS = (1, 2, 3, 4, 5, 6)
 
 
 def _series(
@@ -176,6 +182,7 @@ def speedup_checks(
             )
         )
     checks.append(_concurrency_check(results))
+    checks.append(_crossover_check(results))
     checks.append(
         ShapeCheck(
             "speedup falls with QPS",
@@ -207,6 +214,29 @@ def _concurrency_check(results: Sequence[ValidationResult]) -> ShapeCheck:
         f"{first.measured:.2f}x -> {last.measured:.2f}x"
         + ("" if above_one else "; a predicted speedup <= 1x where the measured one is > 1x"),
     )
+
+
+def _crossover_check(results: Sequence[ValidationResult]) -> ShapeCheck:
+    """EAGLE-3's predicted speedup is on the measured side of 1x at every expressible row of the
+    concurrency sweep, k = 1-6: below it where the measurement crossed (128 clients for k >= 5,
+    256 for every k), above it elsewhere. A kept row (not expressible) is not judged; the check
+    needs at least one expressible row measured below 1x."""
+    name = "EAGLE-3 speedup crosses 1x where measured (vLLM 2026-01, Qwen3-32B, k=1-6)"
+    judged: list[tuple[int, int, float, float]] = []  # (k, clients, predicted, measured)
+    for k in CROSSOVER_SWEEP_KS:
+        for clients, r in _series(results, "eagle3", stem=f"{CROSSOVER_SWEEP}{k}-c"):
+            judged.append((k, clients, float(r.predicted or 0.0), r.measured))
+    below = [row for row in judged if row[3] < 1.0]
+    if not below:
+        return ShapeCheck(name, None, "no expressible row measured below 1x")
+    wrong = [row for row in judged if (row[2] < 1.0) != (row[3] < 1.0)]
+    crossed = ", ".join(f"k{k} c{c} {p:.2f}x (measured {m:.2f}x)" for k, c, p, m in below)
+    detail = f"measured below 1x: {crossed}"
+    if wrong:
+        detail += "; wrong side of 1x: " + ", ".join(
+            f"k{k} c{c} {p:.2f}x (measured {m:.2f}x)" for k, c, p, m in wrong
+        )
+    return ShapeCheck(name, not wrong, detail + f"; {len(judged)} rows judged")
 
 
 def tree_speedup_at(batch: int) -> float:
