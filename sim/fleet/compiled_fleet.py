@@ -3,13 +3,14 @@
 Where the fleet is one group of replicas behind a round-robin or least-outstanding router, and a
 lone replica would run on the compiled loop (:func:`sim.engine.compiled_loop.for_node`'s
 conditions: a fixed plan, in-place rollback, mixed batches, no prefix caching, the compiled
-evaluator, ...), :func:`run` runs the whole fleet in :func:`sim.fleet.fleet_kernel.compiled`'s
-driver instead of SimPy processes: each replica is a lone node's loop state whose arrivals are
-the requests routed to it, advanced to each arrival before the router reads it. The records are
-those of the SimPy fleet (:mod:`sim.fleet.replica`), which stays the reference
-(``fleet_compiled=False``); ``tests/fleet/test_compiled_fleet.py`` compares the two over random
-fleets. A step the loop hands back to Python (a preemption that keeps nothing, a request that can
-never fit) makes :func:`run` return False, and the caller runs the fleet on the SimPy path.
+evaluator, ...) and no invariant checks are asked for, :func:`run` runs the whole fleet in
+:func:`sim.fleet.fleet_kernel.compiled`'s driver instead of SimPy processes: each replica is a
+lone node's loop state whose arrivals are the requests routed to it, advanced to each arrival
+before the router reads it. The records are those of the SimPy fleet (:mod:`sim.fleet.replica`),
+which stays the reference (``fleet_compiled=False``); ``tests/fleet/test_compiled_fleet.py``
+compares the two over random fleets. A step the loop hands back to Python (a preemption that
+keeps nothing, a request that can never fit) makes :func:`run` return False, and the caller runs
+the fleet on the SimPy path.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def applies(fleet: Fleet, policy: str, times: np.ndarray) -> bool:
     cfg, kv = core.scheduler.config, core.kv
     if (
         not core.compiled_loop
+        or core.check  # invariants checked after every step: the SimPy path
         or not core.fast_forward_enabled
         or not cfg.mixed_batches
         or cfg.rollback_policy != "in_place"
