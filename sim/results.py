@@ -70,15 +70,52 @@ def requests_frame(result: ScenarioResult, start: int = 0, stop: int | None = No
 
 def write_requests(path: Path, result: ScenarioResult, rows: int = REQUEST_CHUNK_ROWS) -> None:
     """Write :func:`requests_frame` as CSV, ``rows`` requests at a time (the same bytes as the
-    whole frame's ``to_csv``), atomically."""
+    whole frame's ``to_csv``), atomically. Numeric columns are formatted here, as pandas formats
+    them (numpy's shortest round-trip text, NaN empty), without building a frame."""
     total = len(next(iter(result.requests.values()))) if result.requests else 0
 
     def write(handle: IO[Any]) -> None:
         for start in range(0, max(total, 1), rows):
-            frame = requests_frame(result, start, start + rows)
-            frame.to_csv(handle, index=False, header=start == 0)
+            text = _requests_csv(result, start, start + rows, header=start == 0)
+            if text is None:
+                frame = requests_frame(result, start, start + rows)
+                frame.to_csv(handle, index=False, header=start == 0)
+            else:
+                handle.write(text)
 
     atomic_write(path, write)
+
+
+def _requests_csv(result: ScenarioResult, start: int, stop: int, header: bool) -> str | None:
+    """Rows ``start`` to ``stop`` of :func:`requests_frame` as pandas' ``to_csv`` writes them,
+    or None if a column is not numeric (then pandas writes them)."""
+    columns = {name: column[start:stop] for name, column in result.requests.items()}
+    count = len(next(iter(columns.values()))) if columns else 0
+    arrival = columns.get("arrival_at_s")
+    if arrival is None or "first_token_at_s" not in columns or "finished_at_s" not in columns:
+        return None
+    columns = {
+        "request_id": np.arange(start, start + count),
+        **columns,
+        "ttft_s": columns["first_token_at_s"] - arrival,
+        "e2e_latency_s": columns["finished_at_s"] - arrival,
+    }
+    texts = []
+    for column in columns.values():
+        values = np.asarray(column)
+        if values.dtype.kind not in "iub" and values.dtype != np.float64:
+            return None
+        if values.dtype.kind == "f":
+            # Python's repr is numpy's shortest round-trip text (what pandas writes); NaN empty.
+            text = list(map(repr, values.tolist()))
+            for i in np.flatnonzero(np.isnan(values)).tolist():
+                text[i] = ""
+            texts.append(text)
+        else:
+            texts.append(list(map(str, values.tolist())))
+    lines = [",".join(columns)] if header else []
+    lines.extend(map(",".join, zip(*texts, strict=True)))
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def steps_file_name() -> str:

@@ -34,6 +34,9 @@ READ_CHUNK_ROWS = 1 << 18
 HIST_BITS = 16
 #: Samples in a bucket few enough to collect and sort.
 COLLECT_LIMIT = 1 << 20
+#: Samples up to which :meth:`ItlSample.percentiles_ms` holds them all (8 MB) and selects every
+#: rank in one ``np.partition`` instead of :func:`select_ranks`' passes; the same values.
+EXPAND_LIMIT = 1 << 20
 _TOP_BIT = np.uint64(1 << 63)
 
 
@@ -250,7 +253,14 @@ class ItlSample:
         for position in positions:
             lo = int(np.floor(position))
             ranks.update((lo, min(lo + 1, total - 1)))
-        value_s = select_ranks(self.chunks, sorted(ranks))
+        value_s: Mapping[int, float | np.float64]
+        if total <= EXPAND_LIMIT:
+            # Few enough samples to hold: every sample once, one selection for all the ranks.
+            parts = [np.repeat(values, weights) for values, weights in self.chunks()]
+            picked = np.partition(np.concatenate(parts), sorted(ranks))
+            value_s = {rank: picked[rank] for rank in ranks}
+        else:
+            value_s = select_ranks(self.chunks, sorted(ranks))
         out = []
         for position in positions:
             lo = int(np.floor(position))

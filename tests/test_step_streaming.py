@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import results
+from sim import results, step_stats
 from sim.engine.recorder import STEP_COLUMNS, StepRecorder
 from sim.metrics import summarize, weighted_percentiles
 from sim.results import STEPS_FILE, STEPS_PARQUET_FILE, StepStreamWriter, save_result
@@ -269,3 +269,76 @@ def test_select_ranks_finds_the_sorted_values(
 
     found = select_ranks(chunks, ranks, collect_limit)
     assert all(found[r] == expanded[r] for r in ranks)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    durations=st.lists(st.floats(1e-6, 10.0), min_size=1, max_size=300),
+    irregular=st.lists(st.floats(1e-6, 100.0), max_size=40),
+    data=st.data(),
+)
+def test_itl_percentiles_held_or_streamed_agree(
+    durations: list[float], irregular: list[float], data: Any
+) -> None:
+    """The ITL percentiles from every sample held and one selection (a sweep point's or a
+    probe's sample) are those of the streamed passes (a million-request run's), bit for bit,
+    and both are the order statistics' linear interpolation (weighted_percentiles)."""
+    n = len(durations)
+    weights = data.draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
+    steps = {
+        "start_at_s": np.arange(n, dtype=np.float64),
+        "duration_s": np.array(durations),
+        "num_regular_itl": np.array(weights, dtype=np.int32),
+    }
+    sample = step_stats.ItlSample(
+        MemorySteps(steps, 7), 0.0, float(n), np.array(irregular), np.zeros(len(irregular))
+    )
+    total = sample.total()
+    if total == 0:
+        return
+    qs = (50.0, 90.0, 99.0, 99.9)
+    held = sample.percentiles_ms(total, qs)
+    saved = step_stats.EXPAND_LIMIT
+    step_stats.EXPAND_LIMIT = 0
+    try:
+        streamed = sample.percentiles_ms(total, qs)
+    finally:
+        step_stats.EXPAND_LIMIT = saved
+    assert held == streamed
+    values = np.concatenate([np.array(durations), np.array(irregular)]) * 1e3
+    counts = np.concatenate([np.array(weights), np.ones(len(irregular))])
+    expected = weighted_percentiles(values, counts, qs)
+    np.testing.assert_allclose(held, expected, rtol=1e-12)
+
+
+_FLOATS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 0.1, 1e16, 1e-5, 123456789.123, 2.0**60, 5e-324]),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(0, 60),
+    rows=st.integers(1, 25),
+    data=st.data(),
+)
+def test_requests_csv_is_pandas_bytes(n: int, rows: int, data: Any, tmp_path_factory: Any) -> None:
+    """``requests.csv`` formatted without a frame is what ``requests_frame(...).to_csv`` writes,
+    byte for byte, chunk sizes and all: floats of every kind (NaN empty, infinities, signed
+    zeros, subnormals, large and small magnitudes), ints of each width, a fleet's replica."""
+    floats = st.lists(_FLOATS, min_size=n, max_size=n)
+    ints = st.lists(st.integers(-(2**40), 2**40), min_size=n, max_size=n)
+    requests = {
+        "prompt_tokens": np.array(data.draw(ints), dtype=np.int64),
+        "arrival_at_s": np.array(data.draw(floats)),
+        "first_token_at_s": np.array(data.draw(floats)),
+        "finished_at_s": np.array(data.draw(floats)),
+        "replica": np.array(data.draw(ints), dtype=np.int64).astype(np.int32),
+    }
+    result = ScenarioResult.__new__(ScenarioResult)
+    result.requests = requests
+    path = tmp_path_factory.mktemp("csv") / "requests.csv"
+    results.write_requests(path, result, rows)
+    expected = results.requests_frame(result).to_csv(index=False, lineterminator="\n")
+    assert path.read_text(encoding="utf-8") == expected

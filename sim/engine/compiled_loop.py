@@ -110,23 +110,8 @@ class CompiledLoop:
         lowered = core._lowered
         assert lowered is not None
         self._lowered = lowered
-        s, kv, plan = core.scheduler, core.kv, core.plan
-        cfg = s.config
-        self._cfg = np.array(
-            [
-                cfg.max_num_seqs,
-                cfg.max_num_batched_tokens,
-                cfg.chunked_prefill,
-                cfg.extra_tokens_per_decode,
-                kv.block_size,
-                kv.num_blocks,
-                len(plan.proposed) > 0,
-                core.speculative,
-                STEPS_PER_CALL,
-                0,
-            ],
-            dtype=np.int64,
-        )
+        plan, cfg = core.plan, core.scheduler.config
+        self._cfg = loop_config(core, STEPS_PER_CALL)
         if len(plan.proposed):
             self._plan = (plan.offsets, plan.proposed, plan.accepted)
         else:
@@ -156,12 +141,7 @@ class CompiledLoop:
         self._missing = np.zeros((3, 2 + len(lowered._levels)), dtype=np.float64)
         self._policy = policy
         if policy is None:
-            # No policy (kind 0): arrays of the types the loop takes, never read.
-            f1, i1 = np.zeros(1), np.zeros(1, dtype=np.int64)
-            f2, i2 = np.zeros((1, 1)), np.zeros((1, 1), dtype=np.int64)
-            self._no_policy = (np.zeros(13, dtype=np.int64), f1, np.zeros(3, dtype=np.int64),
-                               i2, i2, f2, f2, np.zeros((1, 1, 1, 1)), f2,
-                               np.zeros(1, dtype=np.uint8), i1)  # fmt: skip
+            self._no_policy = no_policy()
 
     def run(self) -> int:
         """Run the loop from the node's state until every arrival is served (:data:`DONE`),
@@ -311,6 +291,35 @@ class CompiledLoop:
             core.recorder.add_irregular_itl_at(
                 self._itl_values[:num_itl].copy(), self._itl_at[:num_itl].copy()
             )
+
+
+def loop_config(core: EngineCore, max_steps: int) -> IntArray:
+    """The loop's configuration for ``core`` (open loop), ``max_steps`` steps a call at most."""
+    cfg, kv, plan = core.scheduler.config, core.kv, core.plan
+    return np.array(
+        [
+            cfg.max_num_seqs,
+            cfg.max_num_batched_tokens,
+            cfg.chunked_prefill,
+            cfg.extra_tokens_per_decode,
+            kv.block_size,
+            kv.num_blocks,
+            len(plan.proposed) > 0,
+            core.speculative,
+            max_steps,
+            0,
+        ],
+        dtype=np.int64,
+    )
+
+
+def no_policy() -> tuple[np.ndarray, ...]:
+    """The loop's policy argument without a policy (kind 0): arrays of the types it takes,
+    never read."""
+    f1, i1 = np.zeros(1), np.zeros(1, dtype=np.int64)
+    f2, i2 = np.zeros((1, 1)), np.zeros((1, 1), dtype=np.int64)
+    return (np.zeros(13, dtype=np.int64), f1, np.zeros(3, dtype=np.int64), i2, i2, f2, f2,
+            np.zeros((1, 1, 1, 1)), f2, np.zeros(1, dtype=np.uint8), i1)  # fmt: skip
 
 
 def load() -> bool:

@@ -70,11 +70,13 @@ class StepCosting:
         max_drafts = int(self.plan.proposed.max()) if len(self.plan.proposed) else 0
         per_seq = 1 + config.extra_tokens_per_decode + max_drafts
         # Logit rows of any step (decodes and verifications, a completing prefill each), the
-        # grid kept to 2^24 entries (128 MB, taken only where priced: cost_grids.zero_grid);
+        # grid kept to 2^25 entries (256 MB, taken only where priced: cost_grids.zero_grid);
         # larger steps are priced on first use. At 2^22 (a grid filled in advance) the default
-        # scenario's EAGLE-3 steps of over 511 logit rows each went through the table, one
-        # hand-back of the compiled loop per new key (2,400 in a 3,000-request probe).
-        max_logits = min(config.max_num_seqs * per_seq, (1 << 24) // (max_tokens + 1))
+        # scenario's EAGLE-3 steps of over 511 logit rows each went through the key table, one
+        # hand-back of the compiled loop per new key (2,400 in a 3,000-request probe); at 2^24
+        # those of 2,048 to 2,669 rows did in a probe above capacity (2,621 hand-backs, two
+        # thirds of its CPU, at 20,000 requests).
+        max_logits = min(config.max_num_seqs * per_seq, (1 << 25) // (max_tokens + 1))
         self._lowered = cost_kernel.lower(
             self.cost_model,
             self.drafter,

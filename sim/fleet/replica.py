@@ -148,11 +148,27 @@ class Replica(ServingNode):
     # --- the router's view -----------------------------------------------------------------------
     def accept(self, request_id: int, at_s: float) -> None:
         """Take a routed request arriving at ``at_s``: cut the pending plan there, and wake."""
+        self._count_waiting_from(at_s)
         self.routed.add(request_id, at_s)
         self.num_routed += 1
         if self.pending is not None:
             self._commit(self._cut(self.pending, at_s))
         self._wake_now()
+
+    def _count_waiting_from(self, at_s: float) -> None:
+        """Count a request arriving at ``at_s`` as waiting in the steps committed already that
+        start at or after it: with a full batch a stretch is committed before every arrival
+        within it is routed (no arrival could cut it), and each such step waited for it."""
+        recorder = self.core.recorder
+        if self.routed.extra_pending is not None:
+            return  # a lone replica counted its unrouted arrivals when it committed
+        if recorder.streaming or "num_waiting" not in recorder.column_names:
+            return
+        columns = recorder.columns()
+        starts = columns["start_at_s"]
+        if len(starts) and starts[-1] >= at_s:
+            waiting: IntArray = columns["num_waiting"]  # type: ignore[assignment]
+            waiting[int(np.searchsorted(starts, at_s, side="left")) :] += 1
 
     def busy(self) -> bool:
         """Whether the replica has running or waiting requests."""

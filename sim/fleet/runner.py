@@ -18,7 +18,15 @@ import numpy as np
 import simpy
 
 from sim.errors import InvariantError, ScenarioError
-from sim.fleet.build import Fleet, add_replicas, build_groups, open_loop_arrivals, session_ids
+from sim.fleet import compiled_fleet
+from sim.fleet.build import (
+    Fleet,
+    ReplicaGroup,
+    add_replicas,
+    build_groups,
+    open_loop_arrivals,
+    session_ids,
+)
 from sim.fleet.config import FleetConfig
 from sim.fleet.disaggregation import build_disaggregated
 from sim.fleet.links import Link
@@ -42,6 +50,8 @@ def run_fleet(
 
     ``fleet_lookahead=False`` (a keyword among ``build``) stops every replica's stretches at the
     next unrouted arrival instead of planning past it: slower, and the same records.
+    ``fleet_compiled=False`` keeps a fleet the compiled driver takes
+    (:mod:`sim.fleet.compiled_fleet`) on the SimPy path: slower, and the same records.
 
     Raise ScenarioError naming the key path if a replica group cannot be built (its model does
     not fit, ...), the router lacks session ids, or arrivals are closed-loop; InvariantError if
@@ -51,6 +61,7 @@ def run_fleet(
     if config is None:
         raise ScenarioError("fleet: the scenario describes no fleet")
     lookahead = bool(build.pop("fleet_lookahead", True))
+    use_compiled = bool(build.pop("fleet_compiled", True))
     started = time.perf_counter()
     streams = RandomStreams(scenario.seed)
     env = simpy.Environment()
@@ -67,14 +78,21 @@ def run_fleet(
         sessions = session_ids(scenario, workload, streams)
         order = np.argsort(arrivals, kind="stable")
         num = sum(g.count for g in groups)
-        router = build_router(config.router, num, streams.stream("fleet.router"), sessions)
-        stage = Stage("replicas", router, order, arrivals[order])
-        fleet.stages.append(stage)
-        add_replicas(env, fleet, stage, groups, progress=progress)
+        fleet, stage = _colocated(env, config, groups, streams, sessions, order, arrivals, progress)
+        all_groups = groups
+        policy = config.router.policy
+        if use_compiled and compiled_fleet.applies(fleet, policy, arrivals):
+            rng = streams.stream("fleet.router")
+            if compiled_fleet.run(fleet, stage, policy, rng, order, arrivals[order], progress):
+                return _result(scenario, config, all_groups, fleet, len(arrivals), None, started)
+            # A step the compiled loop does not take: the whole fleet on the SimPy path.
+            env = simpy.Environment()
+            fleet, stage = _colocated(
+                env, config, groups, streams, sessions, order, arrivals, progress
+            )
         if num == 1:
             # One replica gets every request: count unrouted arrivals as waiting, as a node does.
             fleet.replicas[0].routed.extra_pending = lambda times: _unrouted_at(stage, times)
-        all_groups = groups
     else:
         assert config.disaggregation is not None
         all_groups, arrivals, link, transfer_s = build_disaggregated(
@@ -84,12 +102,46 @@ def run_fleet(
         replica.lookahead = lookahead
     done = env.all_of([replica.process for replica in fleet.replicas])
     env.run(until=done)
+    return _result(scenario, config, all_groups, fleet, len(arrivals), link, started, transfer_s)
+
+
+def _colocated(
+    env: simpy.Environment,
+    config: FleetConfig,
+    groups: list[ReplicaGroup],
+    streams: RandomStreams,
+    sessions: IntArray | None,
+    order: IntArray,
+    arrivals: np.ndarray,
+    progress: Callable[[int], None] | None,
+) -> tuple[Fleet, Stage]:
+    """A colocated fleet's one stage and its replicas, built and not yet run."""
+    fleet = Fleet()
+    num = sum(g.count for g in groups)
+    router = build_router(config.router, num, streams.stream("fleet.router"), sessions)
+    stage = Stage("replicas", router, order, arrivals[order])
+    fleet.stages.append(stage)
+    add_replicas(env, fleet, stage, groups, progress=progress)
+    return fleet, stage
+
+
+def _result(
+    scenario: Scenario,
+    config: FleetConfig,
+    groups: list[ReplicaGroup],
+    fleet: Fleet,
+    num_requests: int,
+    link: Link | None,
+    started: float,
+    transfer_s: np.ndarray | None = None,
+) -> ScenarioResult:
+    """The fleet-wide result of a finished run. Raise InvariantError if a request is unfinished."""
     wall = time.perf_counter() - started
-    records = FleetRecords(fleet.stages, fleet.replicas, len(arrivals), transfer_s)
+    records = FleetRecords(fleet.stages, fleet.replicas, num_requests, transfer_s)
     unfinished = int(np.isnan(records.requests["finished_at_s"]).sum())
     if unfinished:
         raise InvariantError(f"the fleet stalled with {unfinished} requests unfinished")
-    return fleet_result(scenario, config, all_groups, records, link, wall)
+    return fleet_result(scenario, config, groups, records, link, wall)
 
 
 def _unrouted_at(stage: Stage, times_s: np.ndarray) -> np.ndarray:
