@@ -7,6 +7,15 @@ reduced draft vocabulary (32,000 tokens for Llama-3, ``draft_vocab_size`` in
 ``eagle/traineagle3/config.json``) and a table maps draft ids back to the target's. It therefore
 reads far fewer bytes per forward than EAGLE-1 (about 0.75 GB against 1.5 GB for Llama-3.1-8B).
 Forwards per step are as EAGLE-1/2 (chain, static tree, or dynamic tree as in SGLang).
+
+Resident weights: the fusion, the layer and the draft lm_head, and under vLLM the head's own token
+embedding too. vLLM's EAGLE proposer (vllm/v1/spec_decode/eagle.py, ``load_model``) keeps the
+draft's ``embed_tokens`` apart from the target's when the checkpoint ships one that differs, as the
+published EAGLE-3 speculators do; SGLang's EAGLE worker replaces the draft's embedding with the
+target's (``set_embed``). The Qwen3-32B EAGLE-3 server log of the vLLM concurrency sweep
+(tomasruizt/vllm-scripts @ d94d714, docs/validation.md) counts 63.94 GiB of model weights against
+61.03 GiB without the head: 2.91 GiB, the 1.46 GiB of fusion, layer and lm_head plus the
+151,936 × 5,120 bf16 embedding (1.45 GiB).
 """
 
 from __future__ import annotations
@@ -25,15 +34,23 @@ from sim.drafting.overheads import load_draft_overheads
 EAGLE3_DRAFT_VOCAB = 32000
 
 
-def eagle3_networks(target: Model) -> tuple[DraftNetwork, DraftNetwork]:
-    """EAGLE-3's head for ``target``: the first forward (with the 3H→H fusion) and later ones."""
+def eagle3_networks(
+    target: Model, own_embedding: bool = False
+) -> tuple[DraftNetwork, DraftNetwork]:
+    """EAGLE-3's head for ``target``: the first forward (with the 3H→H fusion) and later ones.
+
+    ``own_embedding`` keeps the head's token embedding (target vocabulary × H) resident beside the
+    target's, as vLLM loads it (module docstring); it adds to the memory held, not the bytes a
+    forward reads (a lookup reads a row per token).
+    """
     s = target.spec
     h = s.hidden_size
     vocab = min(EAGLE3_DRAFT_VOCAB, s.vocab_size)
     layer = decoder_layer_params(target, qkv_input_multiple=2)
     fusion = 3.0 * h * h
     head = float(vocab * h)
-    resident = (fusion + layer + head) * BF16_BYTES  # embedding shared with the target
+    embedding = float(s.vocab_size * h) if own_embedding else 0.0
+    resident = (fusion + layer + head + embedding) * BF16_BYTES
 
     def network(body: float, gemms: int, suffix: str) -> DraftNetwork:
         return DraftNetwork(
@@ -57,7 +74,8 @@ def build_eagle3(ctx: BuildContext) -> EagleStrategy:
     Raise ScenarioError if the tree form does not suit the method.
     """
     proposal, level_nodes, acceptance = tree_proposal(ctx, ctx.acceptance())
-    first, later = eagle3_networks(ctx.model)
+    # vLLM keeps the head's own embedding; the other engines share the target's (module docstring).
+    first, later = eagle3_networks(ctx.model, own_embedding=ctx.engine_preset.startswith("vllm"))
     return EagleStrategy(
         "eagle3",
         proposal,
