@@ -72,7 +72,8 @@ class LoweredPolicy:
         self.slot_steps = np.zeros((num_slots, most), dtype=np.int64)
         self.slot_floats = np.zeros((num_slots, 3), dtype=np.float64)
         ints[_NUM_SLOTS] = num_slots
-        self.scratch = np.zeros((2, max_num_seqs + 1), dtype=np.float64)
+        # Goodput's gathered accepted and tried EMAs (rows 0, 1) and power sums (row 2).
+        self.scratch = np.zeros((3, max(max_num_seqs, plan.k_max) + 1), dtype=np.float64)
         self.ema = policy._ema if self.kind == GOODPUT else np.zeros((2, 1))
         # Goodput's step times by (batch size, context bin): NaN until tabulated.
         bins = max_context // _BIN_TOKENS + 2 if self.kind == GOODPUT else 1
