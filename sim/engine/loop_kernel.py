@@ -587,8 +587,9 @@ def _loop(stamp: int) -> Callable[..., int]:
                 prior = num_emitted[r]
                 if is_dec[k]:
                     num_decode_steps[r] += 1
-                num_drafted[r] += prop[k]
-                num_accepted[r] += acc[k]
+                if prop[k] > 0:  # a row that verified nothing (speculation off) accepted none
+                    num_drafted[r] += prop[k]
+                    num_accepted[r] += acc[k]
                 if e > 0:
                     if prior > 0 and last_emit_step[r] != step0 - 1:
                         itl_values[num_itl] = end - last_emit_at[r]

@@ -305,10 +305,23 @@ def draft_proposed(
         k = int(staged[_S_CURRENT])
         if num_decode == 0:
             return k * drafting_new
-        forked = max(1, interval - since) < 2
-        # The rows still running at the next step (the finishing ones gone), their EMAs as the
-        # copy learnt this step (a decoding row that drafted), their cached tokens then; the
-        # decoding rows that draft and still run then (they draft the copy's next k).
+        if max(1, interval - since) >= 2 or min(since + 1, interval) < interval:
+            # The copy would not decide at the next step: its k holds for every decoding row
+            # that drafts and still runs then.
+            if k == 0:
+                return 0
+            live = 0
+            for j in range(n):
+                if is_dec[j] and drafting[j]:
+                    r = ids[j]
+                    emitted = num_emitted[r]
+                    moved = min(_here(values, offsets, here, r, j, emitted), k) + 1
+                    if moved < output[r] - emitted:
+                        live += 1
+            return k * (drafting_new + live)
+        # The copy decides at the next step, over the rows still running then (the finishing
+        # ones gone), their EMAs as it learnt this step (a decoding row that drafted), their
+        # cached tokens then; the decoding rows that draft and still run then draft its k.
         alpha = floats[0]
         m = 0
         context = 0
@@ -326,18 +339,16 @@ def draft_proposed(
                     live += 1
             accepted_ema = ema[0, r]
             tried_ema = ema[1, r]
-            if forked and is_dec[j] and k > 0:
+            if is_dec[j] and k > 0:
                 accepted_ema = accepted_ema + (a - accepted_ema) * alpha
                 tried_ema = tried_ema + (min(a + 1, k) - tried_ema) * alpha
             scratch[0, m] = accepted_ema
             scratch[1, m] = tried_ema
             context += num_computed[r] + moved
             m += 1
-        k_next = k
-        if forked and min(since + 1, interval) >= interval:
-            k_next = _best_k(ints, table, scratch, m, batch_size - (n - m), context)
-            if k_next < 0:
-                return -1
+        k_next = _best_k(ints, table, scratch, m, batch_size - (n - m), context)
+        if k_next < 0:
+            return -1
         return k * drafting_new + k_next * live
     return 0
 

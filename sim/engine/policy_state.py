@@ -136,8 +136,8 @@ class LoweredPolicy:
         k_max = int(self.ints[_K_MAX])
         step_time = self.plan.policy.step_time
         if step_time.rows_of is not None and b <= step_time.max_batch:
-            # The whole bin at once (the policy's table tabulates bins).
-            row = step_time.row(k_max, per_seq)
+            # Every batch size the policy's table holds in that bin (it tabulates many at once).
+            row = step_time.row(k_max, per_seq, b)
             if per_seq >= self.table.shape[1]:
                 self._grow(len(row), per_seq)
             self.ints[_TWO_ROWS] = row.ndim == 3
