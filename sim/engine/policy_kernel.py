@@ -213,15 +213,6 @@ def schedule_k(
     return 0
 
 
-def _here(values: Any, offsets: IntArray, here: IntArray, r: int, j: int, emitted: int) -> int:
-    """``acc_len - 1`` of row ``j`` (request ``r``, ``emitted`` tokens so far) at its position:
-    what the scheduler's pass read (``here[j]``), or read now where it did not (-1)."""
-    value = here[j]
-    if value >= 0:
-        return int(value)
-    return acc_len(values, offsets, r, max(emitted - 1, 0)) - 1
-
-
 def draft_proposed(
     ints: IntArray,
     floats: FloatArray,
@@ -264,7 +255,10 @@ def draft_proposed(
             if drafting[j]:
                 r = ids[j]
                 emitted = num_emitted[r]
-                k = min(_here(values, offsets, here, r, j, emitted), k_max)
+                k = here[j]
+                if k < 0:
+                    k = acc_len(values, offsets, r, max(emitted - 1, 0)) - 1
+                k = min(k, k_max)
                 if is_dec[j]:
                     k = min(acc_len(values, offsets, r, emitted - 1 + k + 1) - 1, k_max)
                 total += k
@@ -284,8 +278,10 @@ def draft_proposed(
             accepted = 0
             for j in range(n):
                 if is_dec[j]:
-                    r = ids[j]
-                    accepted += min(_here(values, offsets, here, r, j, num_emitted[r]), k)
+                    a = here[j]
+                    if a < 0:
+                        a = acc_len(values, offsets, ids[j], num_emitted[ids[j]] - 1) - 1
+                    accepted += min(a, k)
             if _slot_of(slots, num_slots, num_decode) == active:
                 k_next = _slot_after(
                     ints, floats, slots, slot_steps, slot_floats, active, num_decode, accepted
@@ -315,7 +311,10 @@ def draft_proposed(
                 if is_dec[j] and drafting[j]:
                     r = ids[j]
                     emitted = num_emitted[r]
-                    moved = min(_here(values, offsets, here, r, j, emitted), k) + 1
+                    a = here[j]
+                    if a < 0:
+                        a = acc_len(values, offsets, r, emitted - 1) - 1
+                    moved = min(a, k) + 1
                     if moved < output[r] - emitted:
                         live += 1
             return k * (drafting_new + live)
@@ -331,7 +330,10 @@ def draft_proposed(
             moved = 0
             a = 0
             if is_dec[j]:
-                a = min(_here(values, offsets, here, r, j, num_emitted[r]), k)
+                a = here[j]
+                if a < 0:
+                    a = acc_len(values, offsets, r, num_emitted[r] - 1) - 1
+                a = min(a, k)
                 moved = a + 1
                 if moved >= output[r] - num_emitted[r]:
                     continue
@@ -407,5 +409,5 @@ def stage(ints: IntArray, staged: IntArray) -> None:
 #: Every kernel, for :func:`sim.engine.loop_kernel.compiled` to compile.
 KERNELS: tuple[Callable[..., Any], ...] = (
     acc_len, _slot_of, _slot_after, _holds_for, _best_k,
-    _gather, _here, schedule_k, draft_proposed, observe, stage,
+    _gather, schedule_k, draft_proposed, observe, stage,
 )  # fmt: skip
