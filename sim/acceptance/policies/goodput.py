@@ -212,6 +212,7 @@ class TabulatedStepTime:
             more = self.rows_of(sizes, k_max, centres)
             found = more if found is None else np.concatenate((found, more))
             self.rows[(k_max, per_seq)] = found
+        assert found is not None
         return found
 
 
