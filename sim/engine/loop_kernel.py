@@ -252,6 +252,9 @@ def _loop(stamp: int) -> Callable[..., int]:
         new_comp = np.empty(rows, dtype=np.int64)
         kept = np.empty(rows, dtype=np.int64)
         drafting = np.zeros(rows, dtype=np.bool_)
+        # A decoding row's acc_len - 1 at its position where the policy's pass read it, else -1
+        # (the drafting's query reads it again only where it was not read).
+        here_row = np.empty(rows, dtype=np.int64)
         # The evaluator's inputs for one step.
         shape = np.zeros((9, 1), dtype=np.int64)
         given = np.zeros(1, dtype=np.float64)
@@ -320,11 +323,14 @@ def _loop(stamp: int) -> Callable[..., int]:
                 dec = emitted_r >= 1 and computed == known - 1
                 p = 0
                 a = 0
+                here = -1
                 if dec:
                     if adaptive:
-                        here = _acc_len(acc_values, acc_offsets, r, emitted_r - 1) - 1
-                        p = min(here, k_max) if oracle else k_chosen
-                        a = min(here, p)
+                        # Speculation off for the batch (k_chosen 0): nothing to read.
+                        if oracle or k_chosen > 0:
+                            here = _acc_len(acc_values, acc_offsets, r, emitted_r - 1) - 1
+                            p = min(here, k_max) if oracle else k_chosen
+                            a = min(here, p)
                     elif has_plan:
                         p, a = _lookup(
                             offsets, plan_proposed, plan_accepted, r, num_decode_steps[r]
@@ -354,6 +360,7 @@ def _loop(stamp: int) -> Callable[..., int]:
                     need[n] = more if more > 0 else 0
                     need_sum += need[n]
                     position[n] = i
+                    here_row[n] = here
                     n += 1
             free = num_free - need_sum
             num_preempted = 0
@@ -393,6 +400,7 @@ def _loop(stamp: int) -> Callable[..., int]:
                         acc[kept_rows] = acc[k]
                         comp[kept_rows] = comp[k]
                         need[kept_rows] = need[k]
+                        here_row[kept_rows] = here_row[k]
                         kept_rows += 1
                 n = kept_rows
                 # The preempted wait at the front of the queue; a step that kept nothing is
@@ -432,6 +440,7 @@ def _loop(stamp: int) -> Callable[..., int]:
                 acc[n] = 0
                 comp[n] = computed
                 need[n] = more
+                here_row[n] = -1
                 n += 1
                 num_admitted += 1
                 q += 1
@@ -457,6 +466,8 @@ def _loop(stamp: int) -> Callable[..., int]:
             work_new = 0
             work_context = 0
             work_proposed = 0
+            drafting_dec = 0
+            verified = 0
             for k in range(n):
                 r = ids[k]
                 t = take[k]
@@ -487,8 +498,10 @@ def _loop(stamp: int) -> Callable[..., int]:
                 emitted_sum += e
                 drafted_sum += prop[k]
                 accepted_sum += acc[k]
-                if prop[k] > spec_k:
-                    spec_k = prop[k]
+                if prop[k] > 0:
+                    verified += 1
+                    if prop[k] > spec_k:
+                        spec_k = prop[k]
                 if e > 0 and prior > 0 and last_emit_step[r] == step0 - 1:
                     regular += 1
                 drafting[k] = speculative and (dec or completes) and not finishing
@@ -498,6 +511,8 @@ def _loop(stamp: int) -> Callable[..., int]:
                         step_next = num_decode_steps[r] + (1 if dec else 0)
                         next_p = _lookup(offsets, plan_proposed, plan_accepted, r, step_next)[0]
                     work_seqs += 1
+                    if dec:
+                        drafting_dec += 1
                     work_new += advanced
                     work_context += new_comp[k]
                     work_proposed += next_p
@@ -506,8 +521,9 @@ def _loop(stamp: int) -> Callable[..., int]:
                 batch_after = num_running - num_preempted + num_admitted
                 work_proposed = _pk_draft(
                     pol_ints, pol_floats, staged, slots, slot_steps, slot_floats, pol_ema,
-                    pol_table, pol_scratch, acc_values, acc_offsets, ids, is_dec, drafting, n,
-                    batch_after, num_emitted, output, num_computed,
+                    pol_table, pol_scratch, acc_values, acc_offsets, ids, is_dec, drafting,
+                    here_row, n, batch_after, num_decode, drafting_dec, work_seqs - drafting_dec,
+                    num_emitted, output, num_computed,
                 )  # fmt: skip
                 if work_proposed < 0:
                     status = policy_kernel.NEED_STEP_TIME
@@ -562,8 +578,9 @@ def _loop(stamp: int) -> Callable[..., int]:
                 prior = num_emitted[r]
                 if is_dec[k]:
                     num_decode_steps[r] += 1
-                num_drafted[r] += prop[k]
-                num_accepted[r] += acc[k]
+                if prop[k] > 0:  # a row that verified nothing (speculation off) accepted none
+                    num_drafted[r] += prop[k]
+                    num_accepted[r] += acc[k]
                 if e > 0:
                     if prior > 0 and last_emit_step[r] != step0 - 1:
                         itl_values[num_itl] = end - last_emit_at[r]
@@ -577,7 +594,7 @@ def _loop(stamp: int) -> Callable[..., int]:
                 num_computed[r] = new_comp[k]
             if adaptive:
                 _pk_observe(pol_ints, pol_floats, staged, slots, slot_steps, slot_floats,
-                            pol_ema, ids, prop, acc, n)  # fmt: skip
+                            pol_ema, ids, prop, acc, n, verified, accepted_sum)  # fmt: skip
             j = num_records
             rec_f[0, j] = now
             rec_f[1, j] = duration

@@ -61,7 +61,10 @@ _BIN_TOKENS = 128
 def acc_len(values: Any, offsets: IntArray, r: int, position: int) -> int:
     """``acc_len`` of request ``r`` at output ``position`` (PositionAcceptance.at)."""
     start = offsets[r]
-    return int(values[start + position % (offsets[r + 1] - start)])
+    length = offsets[r + 1] - start
+    if position >= length:  # a trace shorter than the request wraps (positions are >= 0)
+        position = position % length
+    return int(values[start + position])
 
 
 def _slot_of(slots: IntArray, num_slots: int, batch_size: int) -> int:
@@ -117,15 +120,15 @@ def _holds_for(count: int, warmup: int, interval: int) -> int:
 def _best_k(
     ints: IntArray,
     table: FloatArray,
-    tried_acc: FloatArray,
-    tried: FloatArray,
+    scratch: FloatArray,
     m: int,
     batch_size: int,
     context: int,
 ) -> int:
-    """GoodputPolicy._best_k over ``m`` rows with accepted/tried EMAs ``tried_acc``/``tried``,
-    ``context`` cached tokens in all, a batch of ``batch_size``; -1 (and the key in ``ints``)
-    when the step time of that batch and context bin is not tabulated yet."""
+    """GoodputPolicy._best_k over the ``m`` rows whose accepted and tried EMAs are
+    ``scratch[0]`` and ``scratch[1]`` (its row 2 takes the power sums: no allocation a
+    decision), ``context`` cached tokens in all, a batch of ``batch_size``; -1 (and the key in
+    ``ints``) when the step time of that batch and context bin is not tabulated yet."""
     k_max = ints[_K_MAX]
     b = batch_size if batch_size > 1 else 1
     per_seq = int(np.rint(float(context) / b / _BIN_TOKENS))
@@ -138,9 +141,11 @@ def _best_k(
         ints[_NEED_B] = batch_size
         ints[_NEED_CONTEXT] = context
         return -1
-    power_sums = np.zeros(k_max + 1)
+    power_sums = scratch[2]
+    for d in range(k_max + 1):
+        power_sums[d] = 0.0
     for i in range(m):
-        alpha = min(max(tried_acc[i] / tried[i], 0.0), 0.999)
+        alpha = min(max(scratch[0, i] / scratch[1, i], 0.0), 0.999)
         p = 1.0
         for d in range(k_max + 1):
             power_sums[d] += p
@@ -199,7 +204,7 @@ def schedule_k(
     if kind == GOODPUT:
         if staged[_S_SINCE] >= ints[_INTERVAL]:
             context = _gather(ema, scratch, running, num_running, num_computed)
-            k = _best_k(ints, table, scratch[0], scratch[1], num_running, num_running, context)
+            k = _best_k(ints, table, scratch, num_running, num_running, context)
             if k < 0:
                 return -1
             staged[_S_CURRENT] = k
@@ -223,36 +228,39 @@ def draft_proposed(
     ids: IntArray,
     is_dec: Any,
     drafting: Any,
+    here: IntArray,
     n: int,
     batch_size: int,
+    num_decode: int,
+    drafting_dec: int,
+    drafting_new: int,
     num_emitted: IntArray,
     output: IntArray,
     num_computed: IntArray,
 ) -> int:
     """The drafts of the next verify step summed over the drafting rows, as the step's drafting
     asks them (AdaptivePlan.lookup one step ahead of the decoding rows, ``batch_size`` the
-    running sequences after scheduling); -1 when a step time is missing."""
+    running sequences after scheduling); -1 when a step time is missing. ``num_decode`` of the
+    ``n`` rows decode; ``drafting_dec`` decoding and ``drafting_new`` other rows draft;
+    ``here``: each row's ``acc_len - 1`` at its position where the scheduler read it, else -1.
+    A policy whose next k is one for every row of a kind costs no pass over the rows."""
     kind = ints[_KIND]
     k_max = ints[_K_MAX]
-    any_dec = False
-    for j in range(n):
-        if is_dec[j]:
-            any_dec = True
-    total = 0
     if kind == DISABLE:
         k = int(ints[_K]) if batch_size <= ints[_MAX_BATCH] else 0
-        for j in range(n):
-            if drafting[j]:
-                total += k
-        return total
+        return k * (drafting_dec + drafting_new)
     if kind == ORACLE:
+        total = 0
         for j in range(n):
             if drafting[j]:
                 r = ids[j]
-                position = max(num_emitted[r] - 1, 0)
-                k = min(acc_len(values, offsets, r, position) - 1, k_max)
+                emitted = num_emitted[r]
+                k = here[j]
+                if k < 0:
+                    k = acc_len(values, offsets, r, max(emitted - 1, 0)) - 1
+                k = min(k, k_max)
                 if is_dec[j]:
-                    k = min(acc_len(values, offsets, r, position + k + 1) - 1, k_max)
+                    k = min(acc_len(values, offsets, r, emitted - 1 + k + 1) - 1, k_max)
                 total += k
         return total
     if kind == SGLANG:
@@ -261,83 +269,89 @@ def draft_proposed(
         staged[_S_ACTIVE] = active
         k = int(slots[active, _STEPS])
         k_next = k
-        if any_dec and _holds_for(slots[active, _COUNT], ints[_WARMUP], ints[_INTERVAL]) < 2:
+        if (
+            num_decode > 0
+            and k > 0
+            and _holds_for(slots[active, _COUNT], ints[_WARMUP], ints[_INTERVAL]) < 2
+        ):
             # A copy of the policy observes this step as planned, then chooses.
-            count = 0
             accepted = 0
             for j in range(n):
-                if is_dec[j] and k > 0:
-                    r = ids[j]
-                    position = max(num_emitted[r] - 1, 0)
-                    count += 1
-                    accepted += min(acc_len(values, offsets, r, position) - 1, k)
-            if count > 0 and _slot_of(slots, num_slots, count) == active:
+                if is_dec[j]:
+                    a = here[j]
+                    if a < 0:
+                        a = acc_len(values, offsets, ids[j], num_emitted[ids[j]] - 1) - 1
+                    accepted += min(a, k)
+            if _slot_of(slots, num_slots, num_decode) == active:
                 k_next = _slot_after(
-                    ints, floats, slots, slot_steps, slot_floats, active, count, accepted
+                    ints, floats, slots, slot_steps, slot_floats, active, num_decode, accepted
                 )[2]
-        for j in range(n):
-            if drafting[j]:
-                total += k_next if is_dec[j] else k
-        return total
+        return k_next * drafting_dec + k * drafting_new
     if kind == GOODPUT:
         interval = ints[_INTERVAL]
         since = staged[_S_SINCE]
         if since >= interval:
             context = _gather(ema, scratch, ids, n, num_computed)
-            best = _best_k(ints, table, scratch[0], scratch[1], n, batch_size, context)
+            best = _best_k(ints, table, scratch, n, batch_size, context)
             if best < 0:
                 return -1
             staged[_S_CURRENT] = best
             staged[_S_SINCE] = 0
             since = 0
         k = int(staged[_S_CURRENT])
-        if not any_dec:
+        if num_decode == 0:
+            return k * drafting_new
+        if max(1, interval - since) >= 2 or min(since + 1, interval) < interval:
+            # The copy would not decide at the next step: its k holds for every decoding row
+            # that drafts and still runs then.
+            if k == 0:
+                return 0
+            live = 0
             for j in range(n):
-                if drafting[j]:
-                    total += k
-            return total
-        forked = max(1, interval - since) < 2
-        # The rows still running at the next step (the finishing ones gone), their EMAs as the
-        # copy learnt this step (a decoding row that drafted), their cached tokens then.
+                if is_dec[j] and drafting[j]:
+                    r = ids[j]
+                    emitted = num_emitted[r]
+                    a = here[j]
+                    if a < 0:
+                        a = acc_len(values, offsets, r, emitted - 1) - 1
+                    moved = min(a, k) + 1
+                    if moved < output[r] - emitted:
+                        live += 1
+            return k * (drafting_new + live)
+        # The copy decides at the next step, over the rows still running then (the finishing
+        # ones gone), their EMAs as it learnt this step (a decoding row that drafted), their
+        # cached tokens then; the decoding rows that draft and still run then draft its k.
         alpha = floats[0]
         m = 0
         context = 0
+        live = 0
         for j in range(n):
             r = ids[j]
             moved = 0
             a = 0
             if is_dec[j]:
-                position = max(num_emitted[r] - 1, 0)
-                a = min(acc_len(values, offsets, r, position) - 1, k)
+                a = here[j]
+                if a < 0:
+                    a = acc_len(values, offsets, r, num_emitted[r] - 1) - 1
+                a = min(a, k)
                 moved = a + 1
-            if is_dec[j] and moved >= output[r] - num_emitted[r]:
-                continue
+                if moved >= output[r] - num_emitted[r]:
+                    continue
+                if drafting[j]:
+                    live += 1
             accepted_ema = ema[0, r]
             tried_ema = ema[1, r]
-            if forked and is_dec[j] and k > 0:
+            if is_dec[j] and k > 0:
                 accepted_ema = accepted_ema + (a - accepted_ema) * alpha
                 tried_ema = tried_ema + (min(a + 1, k) - tried_ema) * alpha
             scratch[0, m] = accepted_ema
             scratch[1, m] = tried_ema
             context += num_computed[r] + moved
             m += 1
-        k_next = k
-        if forked and min(since + 1, interval) >= interval:
-            k_next = _best_k(ints, table, scratch[0], scratch[1], m, batch_size - (n - m), context)
-            if k_next < 0:
-                return -1
-        for j in range(n):
-            if not drafting[j]:
-                continue
-            if not is_dec[j]:
-                total += k
-                continue
-            r = ids[j]
-            position = max(num_emitted[r] - 1, 0)
-            moved = min(acc_len(values, offsets, r, position) - 1, k) + 1
-            if moved < output[r] - num_emitted[r]:
-                total += k_next
-        return total
+        k_next = _best_k(ints, table, scratch, m, batch_size - (n - m), context)
+        if k_next < 0:
+            return -1
+        return k * drafting_new + k_next * live
     return 0
 
 
@@ -353,35 +367,34 @@ def observe(
     proposed: IntArray,
     accepted: IntArray,
     n: int,
+    verified: int,
+    accepted_sum: int,
 ) -> None:
     """Commit the step's choices (``staged``) and teach the policy the step's ``n`` rows:
-    drafts proposed and accepted (SpeculationPolicy.observe of one step)."""
+    drafts proposed and accepted (SpeculationPolicy.observe of one step); ``verified`` rows
+    proposed drafts, which accepted ``accepted_sum`` in all (a row that proposed none accepted
+    none). Only the rows that verified learn: a step that verified nothing costs no pass."""
     kind = ints[_KIND]
     if kind == SGLANG:
         ints[_ACTIVE] = staged[_S_ACTIVE]
-        count = 0
-        total = 0
-        for j in range(n):
-            if proposed[j] > 0:
-                count += 1
-                total += accepted[j]
-        if count == 0:
+        if verified == 0:
             return
-        s = _slot_of(slots, ints[_NUM_SLOTS], count)
+        s = _slot_of(slots, ints[_NUM_SLOTS], verified)
         value, c, current = _slot_after(
-            ints, floats, slots, slot_steps, slot_floats, s, count, total
+            ints, floats, slots, slot_steps, slot_floats, s, verified, accepted_sum
         )
         slot_floats[s, _EMA] = value
         slots[s, _COUNT] = c
         slots[s, _STEPS] = current
     elif kind == GOODPUT:
-        alpha = floats[0]
-        for j in range(n):
-            if proposed[j] > 0:
-                r = ids[j]
-                a = accepted[j]
-                ema[0, r] = ema[0, r] + (a - ema[0, r]) * alpha
-                ema[1, r] = ema[1, r] + (min(a + 1, proposed[j]) - ema[1, r]) * alpha
+        if verified > 0:
+            alpha = floats[0]
+            for j in range(n):
+                if proposed[j] > 0:
+                    r = ids[j]
+                    a = accepted[j]
+                    ema[0, r] = ema[0, r] + (a - ema[0, r]) * alpha
+                    ema[1, r] = ema[1, r] + (min(a + 1, proposed[j]) - ema[1, r]) * alpha
         ints[_CURRENT] = staged[_S_CURRENT]
         ints[_SINCE] = min(staged[_S_SINCE] + 1, ints[_INTERVAL])
 

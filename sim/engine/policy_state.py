@@ -72,7 +72,8 @@ class LoweredPolicy:
         self.slot_steps = np.zeros((num_slots, most), dtype=np.int64)
         self.slot_floats = np.zeros((num_slots, 3), dtype=np.float64)
         ints[_NUM_SLOTS] = num_slots
-        self.scratch = np.zeros((2, max_num_seqs + 1), dtype=np.float64)
+        # Goodput's gathered accepted and tried EMAs (rows 0, 1) and power sums (row 2).
+        self.scratch = np.zeros((3, max(max_num_seqs, plan.k_max) + 1), dtype=np.float64)
         self.ema = policy._ema if self.kind == GOODPUT else np.zeros((2, 1))
         # Goodput's step times by (batch size, context bin): NaN until tabulated.
         bins = max_context // _BIN_TOKENS + 2 if self.kind == GOODPUT else 1
@@ -135,8 +136,8 @@ class LoweredPolicy:
         k_max = int(self.ints[_K_MAX])
         step_time = self.plan.policy.step_time
         if step_time.rows_of is not None and b <= step_time.max_batch:
-            # The whole bin at once (the policy's table tabulates bins).
-            row = step_time.row(k_max, per_seq)
+            # Every batch size the policy's table holds in that bin (it tabulates many at once).
+            row = step_time.row(k_max, per_seq, b)
             if per_seq >= self.table.shape[1]:
                 self._grow(len(row), per_seq)
             self.ints[_TWO_ROWS] = row.ndim == 3

@@ -201,7 +201,8 @@ def test_what_the_loop_does_not_compile_keeps_the_python_path() -> None:
     ids=["eagle3", "draft-model"],
 )
 def test_goodput_bins_equal_the_step_time_one_batch_at_a_time(scenario: Path) -> None:
-    # The goodput table fills a context bin for every batch size in one call; each entry must be
+    # The goodput table fills a context bin for many batch sizes in one call (a first call the
+    # sizes up to twice the one asked, the rest when a larger one is asked); each entry must be
     # the single step time of that batch at the bin's centre to the bit (EAGLE-3 drafting and a
     # draft model's, whose full-accept row adds a forward).
     overrides = ["speculation.policy={name: goodput}", "speculation.allow_unsupported=true"]
@@ -212,7 +213,10 @@ def test_goodput_bins_equal_the_step_time_one_batch_at_a_time(scenario: Path) ->
     k_max = simulation.plan.k_max
     sizes = np.array([0, 1, 2, 3, 17, 64, step_time.max_batch])
     for per_seq in (0, 1, 6, 40):
+        first = step_time.row(k_max, per_seq, 17)
+        assert 18 <= len(first) < step_time.max_batch + 1
         row = step_time.row(k_max, per_seq)
+        assert np.array_equal(row[: len(first)], first)
         assert row.shape == (step_time.max_batch + 1, 2, k_max + 1)
         for b in sizes.tolist():
             single = step_time.step_time(b, k_max, per_seq * 128 * max(b, 1))

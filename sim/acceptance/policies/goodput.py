@@ -162,15 +162,20 @@ class GoodputPolicy(SpeculationPolicy):
 CONTEXT_BIN_TOKENS = 128
 
 
+#: Batch sizes a bin's first tabulation covers at least (:meth:`TabulatedStepTime.row`).
+ROW_CHUNK = 64
+
+
 class TabulatedStepTime:
     """:data:`StepTime` computed once per (batch size, mean-context bin) and looked up after:
     the goodput policy asks at every decision, and a run meets a few hundred distinct keys.
     The context is taken at the bin's centre, so two asks in one bin get the same answer.
 
     With ``rows`` (the step time of many batch sizes at once, each at its own context: the same
-    numbers as one at a time, element by element), a miss tabulates its bin for every batch
-    size up to ``max_batch`` in one call: a 1,024-row bin costs about what five single keys
-    cost, and a run meets a few bins."""
+    numbers as one at a time, element by element), a miss tabulates its bin for many batch
+    sizes in one call: from the sizes it holds up to at least twice the one asked (at least
+    :data:`ROW_CHUNK`; at most ``max_batch``). A 1,024-row bin costs about what five single
+    keys cost, and a run meets a few bins at batch sizes far below ``max_batch``."""
 
     def __init__(
         self, step_time: StepTime, rows: StepTimes | None = None, max_batch: int = 0
@@ -185,7 +190,7 @@ class TabulatedStepTime:
     def __call__(self, b: int, k_max: int, context: int) -> FloatArray:
         per_seq = round(float(context) / max(b, 1) / CONTEXT_BIN_TOKENS)
         if self.rows_of is not None and 0 <= b <= self.max_batch:
-            return self.row(int(k_max), per_seq)[b]
+            return self.row(int(k_max), per_seq, b)[b]
         key = (int(b), int(k_max), per_seq)
         found = self.table.get(key)
         if found is None:
@@ -193,14 +198,21 @@ class TabulatedStepTime:
             found = self.table[key] = self.step_time(b, k_max, centre)
         return found
 
-    def row(self, k_max: int, per_seq: int) -> FloatArray:
-        """Every batch size's entry (0 to ``max_batch``) of one context bin (needs ``rows``)."""
+    def row(self, k_max: int, per_seq: int, batch_size: int | None = None) -> FloatArray:
+        """The entries of one context bin for batch sizes 0 up to at least ``batch_size`` (every
+        one to ``max_batch`` when None), batch size b at row b (needs ``rows``)."""
         found = self.rows.get((k_max, per_seq))
-        if found is None:
+        want = self.max_batch if batch_size is None else min(int(batch_size), self.max_batch)
+        have = 0 if found is None else len(found)
+        if have <= want:
             assert self.rows_of is not None
-            sizes = np.arange(self.max_batch + 1, dtype=np.int64)
+            upto = min(max(2 * (want + 1), ROW_CHUNK), self.max_batch + 1)
+            sizes = np.arange(have, upto, dtype=np.int64)
             centres = per_seq * CONTEXT_BIN_TOKENS * np.maximum(sizes, 1)
-            found = self.rows[(k_max, per_seq)] = self.rows_of(sizes, k_max, centres)
+            more = self.rows_of(sizes, k_max, centres)
+            found = more if found is None else np.concatenate((found, more))
+            self.rows[(k_max, per_seq)] = found
+        assert found is not None
         return found
 
 
