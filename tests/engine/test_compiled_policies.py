@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from sim import build
+from sim import build_adaptive
 from sim.acceptance.policies import (
     AdaptivePlan,
     FixedPolicy,
@@ -153,7 +153,7 @@ def test_fixed_policy_is_its_fixed_k_plan(k: int, acceptance: str, monkeypatch: 
     planned, planned_summary, core = _chat_run(overrides, loop=False)
     assert type(core.plan) is StepPlan
     with monkeypatch.context() as patch:
-        patch.setattr(build, "FixedPolicy", type("NeverFixed", (), {}))
+        patch.setattr(build_adaptive, "FixedPolicy", type("NeverFixed", (), {}))
         kept, kept_summary, kept_core = _chat_run(overrides, loop=False)
     assert isinstance(kept_core.plan, AdaptivePlan)
     assert isinstance(kept_core.plan.policy, FixedPolicy)
