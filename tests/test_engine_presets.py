@@ -114,6 +114,18 @@ def test_only_the_async_vllm_preset_schedules_one_step_ahead() -> None:
     assert [n for n in preset_names() if get_preset(n).async_scheduling] == ["vllm-v1-async"]
 
 
+def test_only_vllm_v1_keeps_an_eagle3_heads_own_embedding() -> None:
+    # vLLM V1's EAGLE proposer keeps a draft embedding that differs from the target's; SGLang
+    # sets the target's; V0 and llama.cpp run no EAGLE-3. Every preset states its source.
+    document = yaml.safe_load(
+        (Path(__file__).parents[1] / "sim" / "data" / "engine_presets.yaml").read_text()
+    )
+    for name in preset_names():
+        assert document["presets"][name]["draft_keeps_own_embedding_source"]
+    keeps = [n for n in preset_names() if get_preset(n).draft_keeps_own_embedding]
+    assert keeps == ["vllm-v1", "vllm-v1-async"]
+
+
 def test_async_scheduling_follows_the_method_and_the_scenario() -> None:
     from sim.node_settings import resolve_engine
 

@@ -29,6 +29,7 @@ from sim.drafting.eagle import (
 )
 from sim.drafting.network import DraftNetwork, NetworkCost, decoder_layer_params
 from sim.drafting.overheads import load_draft_overheads
+from sim.engine.presets import get_preset
 
 #: Draft vocabulary of the published EAGLE-3 heads (Llama-3: 32,000 of 128,256 tokens).
 EAGLE3_DRAFT_VOCAB = 32000
@@ -74,8 +75,9 @@ def build_eagle3(ctx: BuildContext) -> EagleStrategy:
     Raise ScenarioError if the tree form does not suit the method.
     """
     proposal, level_nodes, acceptance = tree_proposal(ctx, ctx.acceptance())
-    # vLLM keeps the head's own embedding; the other engines share the target's (module docstring).
-    first, later = eagle3_networks(ctx.model, own_embedding=ctx.engine_preset.startswith("vllm"))
+    # Whether the engine keeps the head's own embedding resident (the preset's sourced rule).
+    own = get_preset(ctx.engine_preset).draft_keeps_own_embedding
+    first, later = eagle3_networks(ctx.model, own_embedding=own)
     return EagleStrategy(
         "eagle3",
         proposal,

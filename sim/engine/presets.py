@@ -61,6 +61,9 @@ class EnginePreset:
     #: The scheduler works one step ahead (vLLM's async scheduling): a request that arrives while
     #: step n runs joins step n+2 at the earliest (:meth:`EngineCore.arrivals_seen_until_s`).
     async_scheduling: bool = False
+    #: A hidden-state head (EAGLE-3) that ships its own token embedding keeps it resident beside
+    #: the target's (vLLM's EAGLE proposer); False: the head shares the target's embedding.
+    draft_keeps_own_embedding: bool = False
     #: SGLang's hybrid sliding-window KV pool: the window layers' pool holds this fraction of the
     #: full-attention pool's tokens (``--swa-full-tokens-ratio``; :mod:`sim.engine.memory`).
     #: ``None``: the window layers keep a fixed reserve per sequence slot instead (vLLM's rule,
@@ -131,6 +134,7 @@ def _presets() -> dict[str, EnginePreset]:
             calibration=dict(entry["calibration"]),
             enable_prefix_caching=bool(entry["enable_prefix_caching"]),
             async_scheduling=_flag(name, entry, "async_scheduling"),
+            draft_keeps_own_embedding=_flag(name, entry, "draft_keeps_own_embedding"),
             swa_full_tokens_ratio=_window_ratio(name, entry),
         )
     return out
