@@ -58,14 +58,26 @@ def check_run_output(out_dir: Path, *, force: bool, inputs: tuple[Path, ...] = (
     check_output_folder(out_dir, force=force, writes=RUN_FILES, inputs=inputs)
 
 
+def request_columns(
+    result: ScenarioResult, start: int = 0, stop: int | None = None
+) -> dict[str, np.ndarray]:
+    """The columns of :func:`requests_frame`, rows ``start`` to ``stop``: ``request_id``, the
+    recorded columns, then the derived latencies (seconds)."""
+    columns = {name: np.asarray(column[start:stop]) for name, column in result.requests.items()}
+    count = len(next(iter(columns.values()))) if columns else 0
+    arrival = columns["arrival_at_s"]
+    return {
+        "request_id": np.arange(start, start + count),
+        **columns,
+        "ttft_s": columns["first_token_at_s"] - arrival,
+        "e2e_latency_s": columns["finished_at_s"] - arrival,
+    }
+
+
 def requests_frame(result: ScenarioResult, start: int = 0, stop: int | None = None) -> pd.DataFrame:
     """One row per request (``start`` to ``stop``, default all) with its derived latencies
     (seconds)."""
-    frame = pd.DataFrame({name: column[start:stop] for name, column in result.requests.items()})
-    frame.insert(0, "request_id", range(start, start + len(frame)))
-    frame["ttft_s"] = frame["first_token_at_s"] - frame["arrival_at_s"]
-    frame["e2e_latency_s"] = frame["finished_at_s"] - frame["arrival_at_s"]
-    return frame
+    return pd.DataFrame(request_columns(result, start, stop))
 
 
 def write_requests(path: Path, result: ScenarioResult, rows: int = REQUEST_CHUNK_ROWS) -> None:
@@ -89,17 +101,7 @@ def write_requests(path: Path, result: ScenarioResult, rows: int = REQUEST_CHUNK
 def _requests_csv(result: ScenarioResult, start: int, stop: int, header: bool) -> str | None:
     """Rows ``start`` to ``stop`` of :func:`requests_frame` as pandas' ``to_csv`` writes them,
     or None if a column is not numeric (then pandas writes them)."""
-    columns = {name: column[start:stop] for name, column in result.requests.items()}
-    count = len(next(iter(columns.values()))) if columns else 0
-    arrival = columns.get("arrival_at_s")
-    if arrival is None or "first_token_at_s" not in columns or "finished_at_s" not in columns:
-        return None
-    columns = {
-        "request_id": np.arange(start, start + count),
-        **columns,
-        "ttft_s": columns["first_token_at_s"] - arrival,
-        "e2e_latency_s": columns["finished_at_s"] - arrival,
-    }
+    columns = request_columns(result, start, stop)
     texts = []
     for column in columns.values():
         values = np.asarray(column)
