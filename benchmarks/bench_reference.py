@@ -51,6 +51,12 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 # Peak resident set of this whole process (Linux reports KiB), and its CPU time.
 figures["peak_rss_mb"] = usage.ru_maxrss / 1024.0
 figures["cpu_s"] = usage.ru_utime + usage.ru_stime
+# The same case again in this process: the compiled code and the evaluator's tables loaded.
+again = build_simulation(scenario, base_dir)
+again.core.compiled_cost = again.core.compiled_loop = sys.argv[1] == "compiled"
+started = time.process_time()
+execute(again)
+figures["loaded_loop_cpu_s"] = time.process_time() - started
 print(json.dumps(figures))
 """
 
@@ -92,7 +98,7 @@ def main() -> None:
         sizes = [int(size) for size in args.requests.split(",")]
     print(
         f"{'case':<28}{'requests':>10}{'steps':>11}{'process s':>11}{'cpu s':>7}{'sim s':>8}"
-        f"{'loop cpu':>9}{'peak MB':>9}{'us/step':>9}"
+        f"{'loop cpu':>9}{'loaded':>8}{'peak MB':>9}{'us/step':>9}"
     )
     cases = [("none", n, []) for n in sizes] + [("eagle3 k=3 trace", args.eagle3_requests, EAGLE3)]
     for label, n, extra in cases:
@@ -101,9 +107,11 @@ def main() -> None:
         print(
             f"{label:<28}{n:>10,}{figures['num_steps']:>11,}{figures['process_wall_s']:>11.2f}"
             f"{figures['cpu_s']:>7.2f}{figures['wall_time_s']:>8.2f}{figures['loop_cpu_s']:>9.2f}"
+            f"{figures['loaded_loop_cpu_s']:>8.2f}"
             f"{figures['peak_rss_mb']:>9.0f}{per_step_us:>9.1f}"
         )
-    print("\ntargets: 10,000 requests: none <= 3.0 s and <= 300 MB; eagle3 <= 4 s and <= 350 MB")
+    print("\ntargets: 10,000 requests: none <= 3.0 s and <= 300 MB; eagle3 <= 4 s and <= 350 MB;")
+    print("the loop with its code loaded ('loaded': the case again in the same process) <= 0.25 s")
 
 
 if __name__ == "__main__":
