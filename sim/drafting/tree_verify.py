@@ -13,10 +13,12 @@ costs depends on the kernel the engine picks (:class:`sim.kernels.TreeMaskAttent
   python/sglang/srt/speculative/eagle_utils.py: ``t·(c + t)`` entries per sequence), which
   FlashInfer packs to bits (``segment_packbits``) and runs on its FA2 template even on Hopper
   (``is_fa3_backend_supported`` is False with a custom mask, flashinfer/utils.py).
-* Not priced with a mask: SGLang 0.5 (FA3 backend: the tree's queries attend to the context
-  without a mask and to the tree through the page table, two passes merged with
-  ``merge_state_v2``; the measured FA3 kernels price both) and vLLM (its tree-attention backend,
-  vllm-project/vllm PR #20401, is experimental and was not read here).
+* Not priced with a mask: SGLang 0.5 (its Hopper default, the FA3 backend, takes topk > 1 with
+  a second "expand" pass over the tree, ``forward_metadata_spec_decode_expand`` in
+  python/sglang/srt/layers/attention/flashattention_backend.py, merged with the prefix pass by
+  ``merge_state_v2``: no custom mask; its cost was not read further and keeps the causal
+  pricing) and vLLM (its tree-attention backend, vllm-project/vllm PR #20401, is experimental
+  and was not read here).
 
 The draft's later forwards expand ``topk`` nodes per sequence. SGLang 0.4 runs them with its
 multi-step draft decode backend over ``B·topk`` rows, each with its own KV index list: the
