@@ -17,6 +17,7 @@ from sim.catalogue import Model, get_gpu, get_model
 from sim.cost_model import StepCostModel
 from sim.cpu_node import check_cpu_scenario, host_costs_on
 from sim.drafting import Strategy, build_strategy
+from sim.drafting.tree_verify import verifies_tree_with_mask
 from sim.efficiency import load_efficiency
 from sim.engine.core import EngineCore
 from sim.engine.drafter import StepPlan
@@ -160,6 +161,7 @@ def build_simulation(
         layout=layout,
         # A profile's fitted efficiency is the user's own hardware: it prices the linear layers.
         measured_linear=fitted is None,
+        tree_mask=verifies_tree_with_mask(scenario, engine.name),
     )
     overheads = (efficiency, engine.step_overhead_s, engine.per_sequence_overhead_s)
     cost_model = (

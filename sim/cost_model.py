@@ -125,7 +125,9 @@ class StepCostModel:
     overlap off for a speculative method; None takes ``host.cpu_overlap``);
     ``measured_linear``: whether a measured GEMM grid of the GPU prices the dense linear layers
     (False when ``efficiency`` is a calibrated profile's, which then prices them);
-    ``moe_kernel``: the engine's expert kernel, ``triton`` or ``deepgemm`` (sim/moe.py).
+    ``moe_kernel``: the engine's expert kernel, ``triton`` or ``deepgemm`` (sim/moe.py);
+    ``tree_mask``: the engine verifies token trees with a custom mask (sim/drafting/tree_verify.py),
+    priced by the measured kernels' masked form where the GPU has it (sim/kernel_costs.py).
     Raise ValueError if ``tp`` < 1 or an overhead is negative.
     """
 
@@ -144,6 +146,7 @@ class StepCostModel:
         layout: Layout | None = None,
         measured_linear: bool = True,
         moe_kernel: str = "triton",
+        tree_mask: bool = False,
     ) -> None:
         if tp < 1:
             raise ValueError(f"tensor-parallel degree must be >= 1, got {tp}")
@@ -167,7 +170,13 @@ class StepCostModel:
 
         self._kernels = (
             KernelCosts(
-                model, gpu, tp, efficiency, gemm_grid=measured_linear, moe_kernel=moe_kernel
+                model,
+                gpu,
+                tp,
+                efficiency,
+                gemm_grid=measured_linear,
+                moe_kernel=moe_kernel,
+                tree_mask=tree_mask,
             )
             if host is not None
             else None
@@ -315,7 +324,7 @@ class StepCostModel:
             sampling = self._parallel.sampling_s(n_logits)
         else:
             if kernels is not None and kernels.prices_attention:
-                attention = kernels.attention_s(num_seqs, n_real, kv_read, pairs)
+                attention = kernels.attention_s(num_seqs, n_real, kv_read, pairs, decode_only)
             else:
                 attention = self._attention(num_seqs, kv_read, pairs, decode_only)
             if kernels is not None and kernels.prices_allreduce:

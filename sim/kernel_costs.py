@@ -10,7 +10,10 @@ them into the step's operator classes:
   otherwise (Megatron-LM's two all-reduces per layer, Shoeybi et al. arXiv:1909.08053);
 * **attention**: per layer the larger of the fitted paged decode kernel
   (``floor + B·n_kv·c + KV bytes/(η·BW)``) and the fitted causal prefill kernel
-  (``floor + N·n_h·c + 4·n_h·d_h·pairs/(η·F)``), heads split over the TP ranks;
+  (``floor + N·n_h·c + 4·n_h·d_h·pairs/(η·F)``), heads split over the TP ranks; a token tree
+  verified with a custom mask (``tree_mask``) takes the masked kernel
+  (:class:`sim.kernels.TreeMaskAttention`) in place of the causal one on its verify steps, over
+  the tree's whole ``t·(c + t)`` rectangle, plus the step's mask build;
 * **dense linear layers** (bf16 or FP8 decoder, bf16 lm_head): the measured GEMM grid where the
   GPU has one (:mod:`sim.gemm_grid`), each layer's tensor-parallel shards priced at their own
   shapes; elsewhere FP8 decoders at the fitted FP8 efficiency (the lm_head stays bf16);
@@ -39,12 +42,14 @@ from sim.kernels import (
     AllReduceTable,
     DecodeAttention,
     PrefillAttention,
+    TreeMaskAttention,
     allreduce_table,
     allreduce_tp_degrees,
     decode_attention,
     gemm_efficiency,
     has_collectives,
     prefill_attention,
+    tree_mask_attention,
 )
 from sim.moe import grouped_gemm_layer
 from sim.moe_kernel import DeepGemmMoeLayer, MoeLayer
@@ -101,7 +106,9 @@ class KernelCosts:
     """The measured-kernel operator classes of one model on one node (see the module docstring).
 
     ``bf16``: the GPU's linear-layer efficiency (for the lm_head and bf16 layers); ``gemm_grid``:
-    whether the GPU's measured GEMM grid, where it has one, prices dense linear layers.
+    whether the GPU's measured GEMM grid, where it has one, prices dense linear layers;
+    ``tree_mask``: the engine verifies token trees with a custom mask (FlashInfer), so a verify
+    step's attention is the masked kernel's where the GPU has one.
     """
 
     def __init__(
@@ -113,6 +120,7 @@ class KernelCosts:
         *,
         gemm_grid: bool = True,
         moe_kernel: str = "triton",
+        tree_mask: bool = False,
     ) -> None:
         spec = model.spec
         self.num_layers = spec.num_layers
@@ -137,6 +145,9 @@ class KernelCosts:
         if gqa_only and spec.sliding_window is None:
             self._decode = _optional(decode_attention, gpu.name, kv_dtype)
             self._prefill = _optional(prefill_attention, gpu.name, kv_dtype)
+        self._tree: TreeMaskAttention | None = None
+        if tree_mask and self._decode is not None and self._prefill is not None:
+            self._tree = _optional(tree_mask_attention, gpu.name, kv_dtype)
         # Linear layers: FP8 decoder GEMMs and MoE experts from their own fits.
         head = float(spec.vocab_size * spec.hidden_size)
         moe = spec.num_experts > 1
@@ -188,6 +199,11 @@ class KernelCosts:
         return self._decode is not None and self._prefill is not None
 
     @property
+    def prices_tree_mask(self) -> bool:
+        """Whether a tree's verify steps take the masked kernel (:class:`TreeMaskAttention`)."""
+        return self._tree is not None
+
+    @property
     def prices_linear(self) -> bool:
         """Whether the linear layers come from the measured GEMM grid or the FP8 or MoE fits."""
         return self._grid is not None or self._linear is not None
@@ -207,13 +223,31 @@ class KernelCosts:
         num_tokens: ArrayLike,
         kv_read_tokens: ArrayLike,
         attention_pairs: ArrayLike,
+        decode_only: ArrayLike = False,
     ) -> FloatArray:
         """Every layer's attention: the decode kernel's or the prefill kernel's time, whichever
-        the step's shape makes larger."""
+        the step's shape makes larger. With ``tree_mask``, a ``decode_only`` step of more tokens
+        than sequences (a tree's verify step) takes the masked kernel in place of the causal
+        one, and the step builds its mask."""
         assert self._decode is not None and self._prefill is not None
         decode = self._decode.layer_s(num_seqs, kv_read_tokens, self._kv_heads, self._head_dim)
         prefill = self._prefill.layer_s(num_tokens, attention_pairs, self._heads, self._head_dim)
-        return self.num_layers * np.maximum(decode, prefill)
+        causal = self.num_layers * np.maximum(decode, prefill)
+        if self._tree is None:
+            return causal
+        b = np.asarray(num_seqs, dtype=np.float64)
+        n = np.asarray(num_tokens, dtype=np.float64)
+        # A verify step: every sequence brings t = N/B tree tokens (a tree run proposes one
+        # shape). The rectangle adds the pairs a causal count leaves out, Σ t(t−1)/2 = N(t−1)/2.
+        tree_step = np.asarray(decode_only, dtype=bool) & (n > b) & (b > 0)
+        full = (
+            np.asarray(attention_pairs, dtype=np.float64) + n * (n / np.maximum(b, 1.0) - 1.0) / 2.0
+        )
+        masked = self._tree.layer_s(n, full, self._heads, self._head_dim)
+        tree = (
+            self.num_layers * np.maximum(decode, masked) + full * self._tree.mask_build_s_per_pair
+        )
+        return np.asarray(np.where(tree_step, tree, causal), dtype=np.float64)
 
     def linear_s(self, num_tokens: ArrayLike, num_logit_tokens: ArrayLike) -> FloatArray:
         """Decoder GEMMs at their precision's efficiency, the bf16 lm_head, and the experts."""

@@ -249,6 +249,75 @@ class PrefillAttention:
         )
 
 
+#: Share of the dense bf16 peak that FlashAttention-2-class kernels reach on an H100: "only 35%
+#: utilization" (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, abstract). FlashInfer runs
+#: a custom mask on its FA2 template on Hopper: ``is_fa3_backend_supported`` returns False for
+#: ``use_custom_mask`` (flashinfer-ai/flashinfer ``flashinfer/utils.py``).
+FA2_FLOPS_UTILIZATION_H100 = 0.35
+#: The catalogue GPUs that figure is for (the paper's H100 SXM5).
+FA2_UTILIZATION_GPUS = ("h100-sxm",)
+#: Bytes a step moves per (query, key) pair to build a tree's mask before the forward: SGLang
+#: fills a bool per pair (``torch.full`` in ``build_tree_kernel_efficient``,
+#: python/sglang/srt/speculative/eagle_utils.py, FULL_MASK: ``seq_lens_sum · t + t² · B``
+#: entries), FlashInfer's ``segment_packbits`` reads it and writes one bit per pair.
+TREE_MASK_BUILD_BYTES_PER_PAIR = 1.0 + 1.0 + 1.0 / 8.0
+
+
+@dataclass(frozen=True)
+class TreeMaskAttention:
+    """Tree verification with a packed custom mask (FlashInfer's batch prefill kernel, FA2
+    template), one layer on one GPU.
+
+    ``floor_s + N·n_h·per_token_head_s + 4·n_h·d_h·pairs/(flops·F) + pairs/8 / (bandwidth·BW)``
+    with ``pairs`` every (query, key) pair of the tree's rectangle, ``Σ t_i·(c_i + t_i)``: the
+    kernel computes each one and reads its mask bit. ``compute`` is the measured causal prefill
+    kernel's floor and per-token term (no FA2 kernel was measured) at
+    :data:`FA2_FLOPS_UTILIZATION_H100`; ``bandwidth`` the measured decode kernel's.
+    """
+
+    compute: PrefillAttention
+    bandwidth: float
+    hbm_bandwidth_bytes_per_s: float
+
+    def layer_s(
+        self, num_tokens: ArrayLike, full_pairs: ArrayLike, num_heads: int, head_dim: int
+    ) -> FloatArray:
+        """Seconds for ``num_tokens`` tree tokens attending over ``full_pairs`` masked pairs."""
+        pairs = np.asarray(full_pairs, dtype=np.float64)
+        computed = self.compute.layer_s(num_tokens, pairs, num_heads, head_dim)
+        return np.asarray(computed + pairs * self.mask_read_s_per_pair, dtype=np.float64)
+
+    @property
+    def mask_read_s_per_pair(self) -> float:
+        """Seconds per pair to read the packed mask (one bit) in one layer."""
+        return 1.0 / 8.0 / (self.bandwidth * self.hbm_bandwidth_bytes_per_s)
+
+    @property
+    def mask_build_s_per_pair(self) -> float:
+        """Seconds per pair to build and pack the mask once per step
+        (:data:`TREE_MASK_BUILD_BYTES_PER_PAIR`)."""
+        return TREE_MASK_BUILD_BYTES_PER_PAIR / (self.bandwidth * self.hbm_bandwidth_bytes_per_s)
+
+
+def tree_mask_attention(gpu: str, kv_dtype: str = "bf16") -> TreeMaskAttention:
+    """Tree verification attention with a custom mask on ``gpu`` (:class:`TreeMaskAttention`).
+
+    Raise CatalogueError if the GPU's causal prefill or decode kernel was not measured, or if it
+    is not an H100 (the FA2 utilization is the H100's).
+    """
+    if gpu not in FA2_UTILIZATION_GPUS:
+        raise CatalogueError(
+            f"no FA2 utilization for GPU {gpu!r}: the published figure is the H100's"
+        )
+    pre: PrefillEntry = _need(gpu, "prefill_attention", kv_dtype)
+    dec: DecodeEntry = _need(gpu, "decode_attention", kv_dtype)
+    spec = get_gpu(gpu)
+    compute = PrefillAttention(
+        FA2_FLOPS_UTILIZATION_H100, pre.per_token_head_s, pre.floor_s, spec.bf16_dense_flops
+    )
+    return TreeMaskAttention(compute, dec.bandwidth, spec.hbm_bandwidth_bytes_per_s)
+
+
 def decode_attention(gpu: str, kv_dtype: str = "bf16") -> DecodeAttention:
     """Fitted decode attention of ``kv_dtype`` (bf16, fp8) KV cache on ``gpu``.
 

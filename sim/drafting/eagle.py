@@ -31,12 +31,9 @@ from sim.drafting.base import BuildContext, FloatArray
 from sim.drafting.network import DraftNetwork, NetworkCost, decoder_layer_params
 from sim.drafting.overheads import DraftOverheads, load_draft_overheads
 from sim.drafting.proposer import Batch, Forward, ForwardProposer
+from sim.drafting.tree_verify import BRANCH_PREFIX_READS, SGLANG_DEFAULT_TREE
 from sim.engine.drafter import DraftWork
 from sim.errors import InvariantError, ScenarioError
-
-#: SGLang's EAGLE defaults when a dynamic tree is not given: --speculative-num-steps 5,
-#: --speculative-eagle-topk 4, --speculative-num-draft-tokens 8 (SGLang speculative decoding docs).
-SGLANG_DEFAULT_TREE = (4, 5, 8)
 
 
 def head_kv_bytes_per_token(target: Model) -> float:
@@ -115,6 +112,7 @@ class EagleStrategy(ForwardProposer):
         later: NetworkCost,
         level_nodes: list[float],
         tp: int,
+        branch_prefix_reads: bool = False,
     ) -> None:
         super().__init__(proposal, acceptance, overheads)
         self.name = name
@@ -122,6 +120,9 @@ class EagleStrategy(ForwardProposer):
         self.later = later
         self.level_nodes = list(level_nodes)
         self.tp = tp
+        #: Each node of a later forward reads its sequence's prefix KV itself (SGLang 0.4's
+        #: draft decode: sim/drafting/tree_verify.py); False: once per sequence.
+        self.branch_prefix_reads = branch_prefix_reads
         # Later forwards as columns: level index l = 1..depth-1 and the nodes drafted at each.
         self._level_index = np.arange(1, len(self.level_nodes) + 1, dtype=np.float64)[:, None]
         self._level_nodes = np.asarray(self.level_nodes, dtype=np.float64)[:, None]
@@ -129,7 +130,8 @@ class EagleStrategy(ForwardProposer):
     def forwards(self, batch: Batch) -> list[Forward]:
         out = [batch.catch_up(self.first.forward_s)]
         for index, nodes in enumerate(self.level_nodes, start=1):
-            out.append(batch.step_forward(index, nodes, self.later.forward_s))
+            reads = nodes if self.branch_prefix_reads else 1.0
+            out.append(batch.step_forward(index, nodes, self.later.forward_s, reads))
         return out
 
     def draft_time_s(self, work: DraftWork) -> FloatArray:
@@ -145,9 +147,11 @@ class EagleStrategy(ForwardProposer):
         if self.level_nodes:
             index, nodes = self._level_index, self._level_nodes
             tokens = nodes * seqs
-            later = self.later.forward_s(
-                tokens, tokens, context + index * seqs, tokens * (mean + index)
-            )
+            kv_read = context + index * seqs
+            if self.branch_prefix_reads:
+                # Every node reads its own prefix and path: nodes · (Σc + l·B) KV tokens.
+                kv_read = nodes * kv_read
+            later = self.later.forward_s(tokens, tokens, kv_read, tokens * (mean + index))
             seconds = seconds + later.sum(axis=0)
         # Read the overheads now, not at construction: a fit swaps them on a built strategy.
         fixed_s = self.overheads.per_step_s + (1 + len(self.level_nodes)) * (
@@ -181,4 +185,5 @@ def build_eagle(ctx: BuildContext) -> EagleStrategy:
         cost,
         level_nodes,
         ctx.tp,
+        branch_prefix_reads=ctx.engine_preset in BRANCH_PREFIX_READS and proposal.is_tree,
     )

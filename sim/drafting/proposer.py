@@ -91,15 +91,20 @@ class Batch:
         )
 
     def step_forward(
-        self, index: int, tokens_per_seq: float, cost: Callable[..., FloatArray]
+        self,
+        index: int,
+        tokens_per_seq: float,
+        cost: Callable[..., FloatArray],
+        prefix_reads: float = 1.0,
     ) -> Forward:
         """The ``index``-th later forward (1-based): ``tokens_per_seq`` tokens and logit rows per
-        sequence, each attending to its context plus the drafts before it."""
+        sequence, each attending to its context plus the drafts before it; the KV of that
+        context is read ``prefix_reads`` times per sequence (1: shared by its nodes)."""
         tokens = self.num_seqs * tokens_per_seq
         return Forward(
             tokens,
             tokens.copy(),
-            self.context_tokens + index * self.num_seqs,
+            prefix_reads * (self.context_tokens + index * self.num_seqs),
             tokens * (self.mean_context + index),
             self.drafting,
             cost,

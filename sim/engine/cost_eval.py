@@ -85,7 +85,7 @@ def evaluate(
     :class:`~sim.acceptance.policies.AdaptiveDrafter` costs it); empty otherwise."""
     counts_sequences, padding, mixed, max_tokens = flags[0], flags[1], flags[2], flags[3]
     expansion, attention_form, window_on, prefill_differs = flags[4], flags[5], flags[6], flags[7]
-    overlap, draft_form, num_layers = flags[8], flags[9], flags[10]
+    overlap, draft_form, num_layers, tree_mask = flags[8], flags[9], flags[10], flags[11]
     num_sizes = len(sizes)
     num_missing = 0
     for j in range(len(num_seqs_i)):
@@ -169,6 +169,9 @@ def evaluate(
                     f_tokens = levels[f - 1] * seqs
                     f_logits = f_tokens
                     f_kv = context + index_f * seqs
+                    if nets[base + 5] != 0.0:
+                        # Every node reads its own prefix and path (EagleStrategy).
+                        f_kv = levels[f - 1] * f_kv
                     f_pairs = f_tokens * (mean + index_f)
                 # The grids hold every whole (new tokens, sequences) of the first forward and
                 # every sequence count of each later one; others are in the table.
@@ -245,6 +248,11 @@ def evaluate(
             decode = c[3] + b * c[0] * c[4] + kv_bytes / c[5]
             prefill = c[6] + n_real * c[7] * c[8] + c[9] * pairs / c[10]
             attention = num_layers * max(decode, prefill)
+            if tree_mask and decode_only and n_real > b and b > 0:
+                # A tree's verify step: the masked kernel over the t·(c + t) rectangle.
+                full = pairs + n_real * (n_real / max(b, 1.0) - 1.0) / 2.0
+                masked = c[25] + n_real * c[7] * c[26] + c[9] * full / c[27] + full * c[28]
+                attention = num_layers * max(decode, masked) + full * c[29]
         else:
             read = c[11] * kv_read
             if window_on:

@@ -61,6 +61,7 @@ from sim.engine.cost_eval import (
 )
 from sim.engine.cost_grids import fill_blocks, no_grid, within, zero_grid
 from sim.engine.cost_terms import (
+    _branch_prefix_reads,
     _chain_by_k,
     _draft_terms,
     _network_linear,
@@ -119,8 +120,16 @@ class LoweredCost:
         if networks:
             self._levels = np.asarray(source.level_nodes, dtype=np.float64)  # type: ignore[union-attr]
             self._nets = np.array([*_network_terms(networks[0]), *_network_terms(networks[1])])
+            # The later network's spare term: each node reads its prefix KV itself.
+            self._nets[NET_TERMS + 5] = 1.0 if _branch_prefix_reads(source) else 0.0
         self._first_grid, self._later_grid = self._network_grids(max_tokens, max_seqs)
-        c = np.zeros(25, dtype=np.float64)
+        c = np.zeros(30, dtype=np.float64)
+        tree = kernels._tree if measured_attention and kernels is not None else None
+        if tree is not None:
+            # The masked kernel of a tree's verify steps (KernelCosts.attention_s).
+            c[25], c[26] = tree.compute.floor_s, tree.compute.per_token_head_s
+            c[27] = tree.compute.flops * tree.compute.bf16_dense_flops
+            c[28], c[29] = tree.mask_read_s_per_pair, tree.mask_build_s_per_pair
         if measured_attention:
             assert kernels is not None
             dec, pre = kernels._decode, kernels._prefill
@@ -161,6 +170,7 @@ class LoweredCost:
                 cost_model.cpu_overlap,
                 draft_form,
                 kernels.num_layers if measured_attention and kernels is not None else 0,
+                tree is not None,
             ],
             dtype=np.int64,
         )

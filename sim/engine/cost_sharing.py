@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from sim.cost_model import StepCostModel
 from sim.engine.cost_eval import DRAFT_GIVEN, DRAFT_NONE
-from sim.engine.cost_terms import _chain_by_k, _draft_terms
+from sim.engine.cost_terms import _branch_prefix_reads, _chain_by_k, _draft_terms
 from sim.engine.drafter import Drafter
 
 if TYPE_CHECKING:
@@ -41,7 +41,18 @@ def reuse_key(
     if form == DRAFT_GIVEN:
         return None
     levels = list(source.level_nodes) if networks else []  # type: ignore[union-attr]
-    state = (cost_model, speculative, bounds, form, draft, networks, levels, chain and chain[1:])
+    branch = _branch_prefix_reads(source)
+    state = (
+        cost_model,
+        speculative,
+        bounds,
+        form,
+        draft,
+        networks,
+        levels,
+        branch,
+        chain and chain[1:],
+    )
     try:
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError):

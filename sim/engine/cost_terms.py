@@ -74,6 +74,12 @@ def _draft_terms(drafter: Drafter) -> tuple[int, tuple[float, float, float], lis
     return DRAFT_GIVEN, (0.0, 0.0, 0.0), []
 
 
+def _branch_prefix_reads(drafter: Any) -> bool:
+    """Whether an EAGLE-family drafter's later forwards read each node's prefix KV on its own
+    (:attr:`~sim.drafting.eagle.EagleStrategy.branch_prefix_reads`)."""
+    return bool(getattr(drafter, "branch_prefix_reads", False))
+
+
 def _chain_by_k(drafter: Any) -> tuple[Any, list[int], list[float]] | None:
     """For a drafter whose chain length a policy chooses per step
     (:class:`~sim.acceptance.policies.AdaptiveDrafter`) over EAGLE-family chains that share
@@ -115,7 +121,8 @@ def _network_key(network: Any) -> list[float]:
 def _network_terms(network: Any) -> list[float]:
     """The constant terms of a draft network's forward (``NetworkCost.forward_s``), in the
     order the evaluator reads them: KV seconds per token, seconds per causal pair, fixed
-    seconds, whether it launches eagerly outside CUDA graphs, its launch time, and a spare."""
+    seconds, whether it launches eagerly outside CUDA graphs, its launch time, and a spare
+    (the evaluator sets the later network's to 1.0 when each node reads its prefix KV itself)."""
     launch = network._host.costs.eager_launch_s_per_layer * network.network.num_layers
     return [
         network._kv_s_per_token,

@@ -191,12 +191,13 @@ def _lowered(name: str) -> tuple[cost_kernel.LoweredCost, cost_kernel.LoweredCos
 
 
 @st.composite
-def step_shapes(draw: st.DrawFn, max_seqs: int) -> tuple[Any, ...]:
+def step_shapes(draw: st.DrawFn, max_seqs: int, max_per_seq: int = 9) -> tuple[Any, ...]:
     """Random blocks of steps: decode-only steps (every token yields logits: plain decodes and
-    verify steps of k + 1 tokens, CUDA-graph sizes and beyond) mixed with prefill steps."""
+    verify steps of up to ``max_per_seq`` tokens a sequence, CUDA-graph sizes and beyond) mixed
+    with prefill steps."""
     m = draw(st.integers(1, 12))
     b = np.array(draw(st.lists(st.integers(1, max(2, 2 * max_seqs)), min_size=m, max_size=m)))
-    per_seq = np.array(draw(st.lists(st.integers(1, 9), min_size=m, max_size=m)))
+    per_seq = np.array(draw(st.lists(st.integers(1, max_per_seq), min_size=m, max_size=m)))
     prefill = np.array(draw(st.lists(st.integers(0, 20_000), min_size=m, max_size=m)))
     decode_only = np.array(draw(st.lists(st.booleans(), min_size=m, max_size=m)))
     logits = b * per_seq
@@ -233,6 +234,21 @@ def test_lowered_cost_equals_the_python_cost_model(name: str, data: st.DataObjec
         # A second call reads every term from the table: still the same.
         again, _ = lowered.durations(*shape)
         assert np.array_equal(again, expected_total), name
+
+
+@SHAPES
+@given(data=st.data())
+def test_a_wide_tree_takes_the_masked_kernel_in_both_paths(data: st.DataObject) -> None:
+    # Trees of up to 64 tokens a sequence over up to 4,000 cached tokens: wide enough that the
+    # masked kernel (FA2 rate) outlasts the KV reads, which 9 tokens never do.
+    *both, max_seqs = _lowered("sglang-0.4-eagle2-tree")
+    assert both[0].cost_model._kernels.prices_tree_mask
+    shape = data.draw(step_shapes(max_seqs, max_per_seq=64))
+    expected_total, expected = both[0].reference(*shape)
+    for lowered in both:
+        total, parts = lowered.durations(*shape)
+        assert np.array_equal(parts["attention_s"], expected["attention_s"])
+        assert np.array_equal(total, expected_total)
 
 
 @SHAPES
