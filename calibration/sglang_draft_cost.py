@@ -37,9 +37,12 @@ on both paths. Nothing here is fitted to a speculative row.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.host_costs import host_costs_document, load_host_profile
+
+if TYPE_CHECKING:
+    from calibration.draft_overhead import FitResult
 
 #: Batch-1 step time spec v1 shows over spec v2 (seconds), each: (source, v1 tok/s, v1
 #: acceptance, v2 tok/s, v2 acceptance). A step emits ``acceptance`` tokens: step = AL / tok_s.
@@ -88,7 +91,9 @@ def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-def sglang_entries(lookups: dict[str, dict[str, Any]], v044: Any) -> dict[str, dict[str, Any]]:
+def sglang_entries(
+    lookups: dict[str, dict[str, Any]], v044: FitResult
+) -> dict[str, dict[str, Any]]:
     """The ``sglang-0.4`` and ``sglang-0.5`` entries of draft_overheads.yaml; ``lookups`` holds
     the CPU-lookup methods' entries (n-gram, lookahead, suffix), carried as they are; ``v044`` is
     the fit of SGLang v0.4.4's per-step cost (``calibration.draft_overhead.fit_sglang_v1``, a
