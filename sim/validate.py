@@ -5,8 +5,9 @@ here: Llama-3.1-8B on one H100 SXM, one client in a closed loop (batch size 1), 
 lengths. MT-bench single-turn prompts are short; we take 100 prompt tokens (question plus chat
 template) and 212 output tokens, the mean output of vLLM's MT-bench speculative runs (16,990
 tokens over 80 prompts, vllm-project/vllm issue #26191, at the example's 256-token cap). Each row
-says whether it was used to fit a coefficient (``calibration/draft_overhead.py``, the engine
-presets) or is a check the simulator was not fitted to. docs/validation.md lists the points.
+says whether it was used to fit a coefficient (``calibration/draft_overhead.py``: vLLM's draft
+overheads and SGLang 0.4's per-step one; the engine presets) or is a check the simulator was not
+fitted to. docs/validation.md lists the points.
 
 Run ``python -m sim.validate`` to print the table.
 """
@@ -201,7 +202,9 @@ def validation_rows() -> list[ValidationRow]:
                 measured,
                 1000.0 / summary.tpot_ms.figure("mean"),
                 EAGLE3_TABLE4,
-                "engine preset sglang step_overhead_s" if method == "none" else "",
+                "engine preset sglang step_overhead_s"
+                if method == "none"
+                else "sglang-0.4 draft per_step_s (calibration/draft_overhead.py)",
             )
         )
     return rows

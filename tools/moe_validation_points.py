@@ -60,6 +60,8 @@ SPECDRIFT_20B = (
 #: tokens over the wall time of the whole batch, so the last conversations' drain counts.
 SPECDRIFT_QUESTIONS = 80
 SPECDRIFT_TURNS = 2
+#: The cards' --max-running-requests (both cards' SGLang server command).
+SPECDRIFT_MAX_RUNNING = 64
 #: Mean answer length: the sibling card (Dogacel/specdrift-gpt-oss-20b-eagle3, same harness,
 #: same prompts, H100, batch 1) reports 444.05 s at 304.93 tok/s for the baseline, i.e.
 #: 444.05 x 304.93 / 160 answers = 846 tokens. No figure is published for gpt-oss-120b: its
@@ -198,7 +200,9 @@ def quoted(row_of: Callable[..., dict[str, Any]]) -> Iterator[dict[str, Any]]:
             point_id=f"moe-sglang-docs-deepseek-v3-mtp-bs{batch}",
             source_group=GROUP,
             engine="SGLang (2025 docs)",
-            preset="sglang-0.5",
+            # The docs quote the SGLang of February 2025 (the MTP pull request, sgl-project/sglang
+            # #3582, merged for v0.4.3): the synchronous spec v1 worker, as `sglang-0.4` runs it.
+            preset="sglang-0.4",
             model="deepseek-v3",
             gpu="h200",
             num_gpus=8,
@@ -264,6 +268,9 @@ def specdrift_common(model: str, batch: int, source: str) -> dict[str, Any]:
         num_requests=SPECDRIFT_QUESTIONS * SPECDRIFT_TURNS,
         num_turns=SPECDRIFT_TURNS,
         temperature=SPECDRIFT_TEMPERATURE,
+        # The cards' server command: --max-running-requests 64 (SGLang's speculative default,
+        # 48, does not apply).
+        max_num_seqs=SPECDRIFT_MAX_RUNNING,
         source=source,
     )
 
