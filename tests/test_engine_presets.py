@@ -141,3 +141,18 @@ def test_async_scheduling_follows_the_method_and_the_scenario() -> None:
     assert not resolved(async_scheduling=False)
     doc = {"engine": {"preset": "vllm-v1", "async_scheduling": True}}
     assert resolve_engine(validate_document(doc, "t")).async_scheduling
+
+
+def test_tree_kernel_rules_are_sourced_preset_fields() -> None:
+    # Whether a tree is verified with a custom mask and drafted with per-node prefix reads is
+    # stated per preset with its source; SGLang 0.4 is the engine whose tree path was read
+    # doing both (FlashInfer's custom-mask kernel, generate_draft_decode_kv_indices).
+    document = yaml.safe_load(
+        (Path(__file__).parents[1] / "sim" / "data" / "engine_presets.yaml").read_text()
+    )
+    for name in preset_names():
+        assert document["presets"][name]["tree_verify_custom_mask_source"]
+        assert document["presets"][name]["tree_draft_per_node_prefix_reads_source"]
+    masked = [n for n in preset_names() if get_preset(n).tree_verify_custom_mask]
+    per_node = [n for n in preset_names() if get_preset(n).tree_draft_per_node_prefix_reads]
+    assert masked == per_node == ["sglang-0.4"]

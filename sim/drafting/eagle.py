@@ -31,7 +31,7 @@ from sim.drafting.base import BuildContext, FloatArray
 from sim.drafting.network import DraftNetwork, NetworkCost, decoder_layer_params
 from sim.drafting.overheads import DraftOverheads, load_draft_overheads
 from sim.drafting.proposer import Batch, Forward, ForwardProposer
-from sim.drafting.tree_verify import BRANCH_PREFIX_READS, SGLANG_DEFAULT_TREE
+from sim.drafting.tree_verify import SGLANG_DEFAULT_TREE, reads_prefix_per_node
 from sim.engine.drafter import DraftWork
 from sim.errors import InvariantError, ScenarioError
 
@@ -185,5 +185,5 @@ def build_eagle(ctx: BuildContext) -> EagleStrategy:
         cost,
         level_nodes,
         ctx.tp,
-        branch_prefix_reads=ctx.engine_preset in BRANCH_PREFIX_READS and proposal.is_tree,
+        branch_prefix_reads=reads_prefix_per_node(ctx.engine_preset) and proposal.is_tree,
     )

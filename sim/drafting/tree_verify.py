@@ -5,6 +5,9 @@ to the context and the drafts before it. A tree of t tokens is not causal in its
 sees its ancestors, not its siblings), so the engine hands the attention kernel a mask. What that
 costs depends on the kernel the engine picks (:class:`sim.kernels.TreeMaskAttention`):
 
+Which presets do either is a sourced preset field (``tree_verify_custom_mask``,
+``tree_draft_per_node_prefix_reads`` in sim/data/engine_presets.yaml).
+
 * **SGLang 0.4** (``sglang-0.4``): its attention backend on CUDA is FlashInfer (FA3 became the
   Hopper default after v0.4.4: sgl-project/sglang issue #5064 of 2025-04-04 proposes it, issue
   #6066 of 2025-05-07 reports it shipped). ``target_verify`` runs FlashInfer's
@@ -25,7 +28,7 @@ multi-step draft decode backend over ``B·topk`` rows, each with its own KV inde
 sequence's whole prefix and the node's path (``generate_draft_decode_kv_indices``,
 python/sglang/srt/speculative/eagle_utils.py: ``kv_offset = cum_seq_len·topk + bid·iters·topk +
 topk_id·(seq_len + iters)``). The draft layer's KV of the prefix is then read once per node, not
-once per sequence (:data:`BRANCH_PREFIX_READS`).
+once per sequence (:func:`reads_prefix_per_node`).
 
 After the verify, SGLang keeps the accepted tokens' KV where the verify wrote it at page size 1
 (``batch.out_cache_loc[accept_index]`` into ``req_to_token``; ``move_kv_cache`` runs only for
@@ -36,6 +39,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sim.engine.presets import get_preset
+
 if TYPE_CHECKING:
     from sim.scenario import Scenario
 
@@ -43,17 +48,19 @@ if TYPE_CHECKING:
 #: --speculative-eagle-topk 4, --speculative-num-steps 5, --speculative-num-draft-tokens 8
 #: (SGLang speculative decoding docs).
 SGLANG_DEFAULT_TREE = (4, 5, 8)
-#: Engine presets whose token-tree verify runs an attention kernel with a custom mask (see the
-#: module docstring for the source of each).
-CUSTOM_MASK_TREE_VERIFY = frozenset({"sglang-0.4"})
-#: Engine presets whose tree drafting reads each node's prefix KV on its own (module docstring).
-BRANCH_PREFIX_READS = frozenset({"sglang-0.4"})
 
 
 def verifies_tree_with_mask(scenario: Scenario, engine_preset: str) -> bool:
     """Whether ``scenario``'s verify steps carry a token tree (more than one child somewhere)
-    and ``engine_preset`` verifies trees with a custom mask."""
-    return engine_preset in CUSTOM_MASK_TREE_VERIFY and drafts_tree(scenario)
+    and ``engine_preset`` verifies trees with a custom mask (its ``tree_verify_custom_mask``,
+    sourced in the presets file)."""
+    return get_preset(engine_preset).tree_verify_custom_mask and drafts_tree(scenario)
+
+
+def reads_prefix_per_node(engine_preset: str) -> bool:
+    """Whether ``engine_preset``'s tree drafting reads each node's prefix KV on its own (its
+    ``tree_draft_per_node_prefix_reads``, sourced in the presets file)."""
+    return get_preset(engine_preset).tree_draft_per_node_prefix_reads
 
 
 def drafts_tree(scenario: Scenario) -> bool:

@@ -64,6 +64,12 @@ class EnginePreset:
     #: A hidden-state head (EAGLE-3) that ships its own token embedding keeps it resident beside
     #: the target's (vLLM's EAGLE proposer); False: the head shares the target's embedding.
     draft_keeps_own_embedding: bool = False
+    #: A token tree's verify runs an attention kernel with a custom mask (SGLang 0.4's FlashInfer
+    #: path, :mod:`sim.drafting.tree_verify`); False: the causal pricing.
+    tree_verify_custom_mask: bool = False
+    #: A tree's later draft levels read each node's prefix KV on its own (SGLang 0.4's draft
+    #: decode, :mod:`sim.drafting.tree_verify`); False: once per sequence.
+    tree_draft_per_node_prefix_reads: bool = False
     #: SGLang's hybrid sliding-window KV pool: the window layers' pool holds this fraction of the
     #: full-attention pool's tokens (``--swa-full-tokens-ratio``; :mod:`sim.engine.memory`).
     #: ``None``: the window layers keep a fixed reserve per sequence slot instead (vLLM's rule,
@@ -135,6 +141,8 @@ def _presets() -> dict[str, EnginePreset]:
             enable_prefix_caching=bool(entry["enable_prefix_caching"]),
             async_scheduling=_flag(name, entry, "async_scheduling"),
             draft_keeps_own_embedding=_flag(name, entry, "draft_keeps_own_embedding"),
+            tree_verify_custom_mask=_flag(name, entry, "tree_verify_custom_mask"),
+            tree_draft_per_node_prefix_reads=_flag(name, entry, "tree_draft_per_node_prefix_reads"),
             swa_full_tokens_ratio=_window_ratio(name, entry),
         )
     return out
