@@ -158,8 +158,8 @@ def profile_peak_bytes(
     ``min(max_num_seqs, max_num_batched_tokens)`` dummy requests plus a random copy of those
     (2 x rows x H), and runs the sampler on them: the peak is the larger of the forward's
     activations and the sampler's peak on top of what it keeps. Logits are full-vocabulary on
-    every tensor-parallel rank (gathered before sampling), so the sampler term does not shrink
-    with TP.
+    every tensor-parallel rank (``LogitsProcessor._gather_logits`` all-gathers them:
+    ``Platform.use_all_gather`` is true on CUDA), so the sampler term does not shrink with TP.
     """
     rows = min(max_num_seqs, max_num_batched_tokens)
     kept = (max_num_batched_tokens + 2 * rows) * model.spec.hidden_size * 2.0
