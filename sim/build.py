@@ -220,6 +220,8 @@ def build_simulation(
             else layout.weight_bytes_per_gpu(model)
         ),
         window_pool_ratio=window_ratio,
+        kv_sizing=engine.kv_sizing,
+        speculative=strategy.proposal is not None,
     )
     if layout.dp > 1:
         # Each attention group keeps its own KV pool; the engine's ledger holds all of them.

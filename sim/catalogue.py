@@ -63,6 +63,7 @@ def _gpu(name: str, entry: dict[str, Any]) -> GPU:
         fp4_dense_flops=_optional_float(entry.get("fp4_dense_flops")),
         internode_bandwidth_bytes_per_s=float(entry["internode_bandwidth_bytes_per_s"]),
         internode_latency_s=float(entry["internode_latency_s"]),
+        reported_memory_bytes=_optional_float(entry.get("reported_memory_bytes")),
     )
 
 

@@ -36,6 +36,18 @@ class GPU:
     num_cores: int | None = None
     memory_channels: int | None = None
     memory_transfer_rate_mt_s: float | None = None
+    #: Device memory as the driver hands it out (``cudaMemGetInfo``'s total, what
+    #: ``torch.cuda.mem_get_info`` reports), less than ``memory_bytes`` by what the driver
+    #: keeps; ``None`` where no sourced figure was found. vLLM V1 sizes its request from it.
+    reported_memory_bytes: float | None = None
+
+    @property
+    def engine_visible_memory_bytes(self) -> float:
+        """The total an engine reads from the driver: the reported figure where the catalogue
+        has one, else the published capacity."""
+        return (
+            self.memory_bytes if self.reported_memory_bytes is None else self.reported_memory_bytes
+        )
 
     @property
     def is_cpu(self) -> bool:

@@ -67,6 +67,7 @@ def test_deepseek_v3_runs_on_16_h200_with_ep_and_keeps_a_kv_pool_per_group() -> 
         engine.max_num_seqs,
         engine.reserved_memory_bytes,
         weight_bytes_per_gpu=layout.weight_bytes_per_gpu(DEEPSEEK),
+        kv_sizing=engine.kv_sizing,
     )
     # Each of the two attention groups holds its own pool of the same size.
     assert sim.memory.num_blocks == 2 * one_group.num_blocks

@@ -47,20 +47,19 @@ def _sweep() -> list:
     return [p for p in load_points() if p.source_group == GROUP]
 
 
-def test_only_the_qwen_eagle3_rows_below_the_kv_bound_are_expressible() -> None:
+def test_only_the_qwen_eagle3_rows_are_expressible() -> None:
     points = _sweep()
     expressible = {p.point_id for p in points if not inexpressible_reason(p)}
-    # EAGLE-3 at k = 1..6: InstructCoder at concurrency 1..128 (6 x 8 rows), MT-bench at 1..80
+    # EAGLE-3 at k = 1..6: InstructCoder at concurrency 1..256 (6 x 9 rows), MT-bench at 1..80
     # (6 x 8 rows).
-    assert len(expressible) == 48 + 48
+    assert len(expressible) == 54 + 48
     assert all(
         p.startswith(("tomasruizt-qwen3-32b-eagle3-", "tomasruizt-qwen3-32b-mtbench-eagle3-"))
         for p in expressible
     )
     kept = [p for p in points if p.point_id not in expressible]
-    # Every kept row says why: draft models outside the catalogue, a simulated KV pool unlike
-    # the logged one where it binds (256 clients), the unnamed GPUs without peer-to-peer of the
-    # 70B runs.
+    # Every kept row says why: draft models outside the catalogue, the unnamed GPUs without
+    # peer-to-peer of the 70B runs.
     assert kept and all(inexpressible_reason(p) for p in kept)
     assert all(regime_of(p) == "speculation" for p in points)
 
@@ -87,21 +86,19 @@ def _simulated_pool(point: ValidationPoint, method: str) -> int:
 
 
 @pytest.mark.parametrize("k", [3, 6])
-def test_the_rows_run_only_where_no_kv_pool_binds(k: int) -> None:
-    """The expressibility boundary follows the pools: at 128 clients the clients' blocks fit the
-    logged pools and the simulated ones, so the pool's size cannot move the row; at 256 every
-    pool binds and the simulated ones hold more requests than the logged ones, so those rows
-    are kept."""
+def test_the_pool_binds_at_256_clients_in_the_logs_and_the_simulation(k: int) -> None:
+    """At 128 clients the clients' blocks fit the logged pools and the simulated ones, so the
+    pool's size cannot move the row; at 256 every pool binds, logged and simulated (the memory
+    plan follows vLLM V1's profile run, sim/engine/memory.py), and the rows run."""
     points = {p.point_id: p for p in _sweep()}
     fits = points[f"tomasruizt-qwen3-32b-eagle3-k{k}-c128"]
-    assert not inexpressible_reason(fits)
-    for method in ("none", "eagle3"):
-        demand = _pool_demand(fits)
-        assert demand <= LOGGED_POOL_TOKENS[method]
-        assert demand <= _simulated_pool(fits, method)
     binds = points[f"tomasruizt-qwen3-32b-eagle3-k{k}-c256"]
-    assert inexpressible_reason(binds)
-    assert all(_pool_demand(binds) > tokens for tokens in LOGGED_POOL_TOKENS.values())
+    assert not inexpressible_reason(fits) and not inexpressible_reason(binds)
+    for method in ("none", "eagle3"):
+        assert _pool_demand(fits) <= LOGGED_POOL_TOKENS[method]
+        assert _pool_demand(fits) <= _simulated_pool(fits, method)
+        assert _pool_demand(binds) > LOGGED_POOL_TOKENS[method]
+        assert _pool_demand(binds) > _simulated_pool(binds, method)
 
 
 def test_the_94_gb_h100_holds_what_the_log_reports_and_the_80_gb_one_cannot() -> None:

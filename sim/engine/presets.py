@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any
 
 from sim.engine.frontend import FRONTEND_FIELDS, FrontEnd
+from sim.engine.memory import KV_SIZING_RULES
 from sim.errors import ScenarioError
 from sim.package_data import packaged_yaml
 
@@ -75,6 +76,11 @@ class EnginePreset:
     #: ``None``: the window layers keep a fixed reserve per sequence slot instead (vLLM's rule,
     #: :func:`sim.parallel.window_kv_reserve_bytes`).
     swa_full_tokens_ratio: float | None = None
+    #: How the KV pool is sized (:data:`sim.engine.memory.KV_SIZING_RULES`): ``budget`` subtracts
+    #: a fixed activation estimate and the reserve from the published memory; ``vllm-v1-profile``
+    #: follows vLLM V1's profile run (the sampler's peak over ``max_num_seqs`` rows, the memory
+    #: the driver reports).
+    kv_sizing: str = "budget"
 
 
 def _document() -> dict[str, Any]:
@@ -108,6 +114,16 @@ def _window_ratio(name: str, entry: dict[str, Any]) -> float | None:
             "where the ratio comes from)"
         )
     return float(value)
+
+
+def _kv_sizing(name: str, entry: dict[str, Any]) -> str:
+    value = entry.get("kv_sizing", "budget")
+    if value not in KV_SIZING_RULES:
+        raise ScenarioError(
+            f"sim/{PRESETS_FILE}: presets.{name}.kv_sizing: expected one of "
+            f"{', '.join(KV_SIZING_RULES)}, got {value!r}"
+        )
+    return str(value)
 
 
 def _flag(name: str, entry: dict[str, Any], key: str) -> bool:
@@ -144,6 +160,7 @@ def _presets() -> dict[str, EnginePreset]:
             tree_verify_custom_mask=_flag(name, entry, "tree_verify_custom_mask"),
             tree_draft_per_node_prefix_reads=_flag(name, entry, "tree_draft_per_node_prefix_reads"),
             swa_full_tokens_ratio=_window_ratio(name, entry),
+            kv_sizing=_kv_sizing(name, entry),
         )
     return out
 
