@@ -36,6 +36,7 @@ try:
         eagle3_tables,
         quoted_points,
         specdecode_bench_points,
+        vllm_blog_points,
     )
     from tools.sweep_validation_points import sweep_points
     from tools.validation_rows import COLUMNS, _read, _row
@@ -53,6 +54,7 @@ except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
         eagle3_tables,
         quoted_points,
         specdecode_bench_points,
+        vllm_blog_points,
     )
     from sweep_validation_points import sweep_points  # type: ignore[no-redef]
     from validation_rows import COLUMNS, _read, _row  # type: ignore[no-redef]
@@ -272,6 +274,7 @@ def build(shared: Path) -> list[dict[str, Any]]:
         *eagle3_tables(),
         *quoted_points(),
         *specdecode_bench_points(),
+        *vllm_blog_points(),
         *sweep_points(),
         *moe_serving_points(shared, _row),
         *cpu_points(_row),

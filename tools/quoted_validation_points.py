@@ -77,33 +77,49 @@ def eagle3_tables() -> Iterator[dict[str, Any]]:
                 )
 
 
+PR12755 = (
+    'vllm-project/vllm PR #12755 "[Model][Speculative Decoding] DeepSeek MTP spec decode" '
+    '(2025-02-04), description, table "Results on various QPS", sub-table "Draft TP=1"'
+)
+#: (QPS, baseline TPOT ms, MTP k=1 TPOT ms) of the table's rows read in full.
+PR12755_ROWS = ((1, 55.47, 33.99), (2, 57.58, 48.8))
+#: DeepSeek-R1, its FP8 weights and MTP are priced; what the PR leaves out is not.
+PR12755_REASON = (
+    "GPU not stated by the source (an 8-GPU TP 8 node); dataset, prompt and output lengths and "
+    "request count not stated with the table"
+)
+
+
 def quoted_points() -> Iterator[dict[str, Any]]:
     """Speculation under load quoted from a vLLM PR and an SGLang issue (both arms measured)."""
-    pr = (
-        'vllm-project/vllm PR #12755 "[Model][Speculative Decoding] DeepSeek MTP spec decode", '
-        'description, table "Results on various QPS", sub-table "Draft TP=1"'
-    )
-    for qps, base_ms, spec_ms in ((1, 55.47, 33.99), (2, 57.58, 48.8)):
+    for qps, base_ms, spec_ms in PR12755_ROWS:
         yield _row(
             point_id=f"vllm-pr12755-qps{qps}",
             source_group="vllm-pr-12755",
-            engine="vLLM V0 (early 2025)",
-            preset="vllm-v1",
-            model="deepseek-ai/DeepSeek-R1",
-            gpu="not stated",
+            engine="vLLM V0 engine (early 2025, 0.7 era)",
+            preset="vllm-v0",
+            model="deepseek-r1",
+            gpu="not stated (8 GPUs, TP 8)",
             num_gpus=8,
             precision="fp8",
             method="mtp",
             num_speculative_tokens=1,
             arrival="poisson",
             rate_per_s=qps,
+            max_num_seqs=128,
             quantity="speedup",
-            statistic="ratio",
+            statistic="tpot_ratio",
             measured=f"{base_ms / spec_ms:.3f}",
             unit="x",
-            source=pr,
-            not_expressible="MLA MoE model not in the catalogue; FP8 weights; GPU not stated",
-            notes=f"baseline TPOT {base_ms} ms, MTP k=1 TPOT {spec_ms} ms (ratio: our arithmetic)",
+            source=PR12755,
+            not_expressible=PR12755_REASON,
+            notes=(
+                f"baseline TPOT {base_ms} ms, MTP k=1 TPOT {spec_ms} ms (ratio of TPOTs: our "
+                "arithmetic; the PR prints 1.63x and 1.18x); server flags quoted with the table: "
+                "--tensor-parallel-size 8 --max-num-seqs 128 --num-speculative-tokens 1; the PR "
+                "text says the gain holds below QPS 8; the rows for QPS 4 and above are not "
+                "transcribed (not read in full)"
+            ),
         )
     issue = (
         'sgl-project/sglang issue #6949 "[Bug] Performance Regression: Eagle Speculative Decoding '
@@ -200,5 +216,79 @@ def specdecode_bench_points() -> Iterator[dict[str, Any]]:
                 + (" (branching factor 4)" if shape == "tree" else "")
                 + f"; accepted length {tau}; the page adds that by batch 64 the k = 21 tree is "
                 "below 1x on every workload (value not printed)"
+            ),
+        )
+
+
+VLLM_BLOG = (
+    'vLLM blog "How Speculative Decoding Boosts vLLM Performance by up to 2.8x" (2024-10-17), '
+    "vllm-project/vllm-project.github.io @ c3a01c4, _posts/2024-10-17-spec-decode.md and "
+    "assets/figures/spec-decode/{figure}.png, {printed}"
+)
+#: What keeps the blog's rows from running: its prose and figures print the speedups and the
+#: rates, not the workload's lengths or request counts.
+VLLM_BLOG_REASON = (
+    "prompt and output lengths and request count not stated (the dataset's own, as vLLM's "
+    "benchmark sampled it)"
+)
+#: Llama-3-70B is run as the catalogue's llama-3.1-70b: meta-llama/Meta-Llama-3-70B's config.json
+#: (as copied in kittn/Meta-Llama-3-70B-quant) has the same 80 layers, hidden 8192, FFN 28672,
+#: 64 query and 8 KV heads, untied 128,256-token vocabulary; 3.1 adds RoPE scaling for a 128k
+#: context, which the cost model does not price. "H100" is taken as the SXM part, as for the
+#: EAGLE-3 paper's rows.
+VLLM_BLOG_SETUP_NOTE = (
+    "Llama-3-70B run as llama-3.1-70b (the same architecture; 3.1 adds RoPE scaling for a longer "
+    "context); the blog's H100 taken as the SXM part"
+)
+#: (method, tag, dataset, draft, rate, measured speedup, figure, the printed words, note): only
+#: the values the blog prints in words; its bars at the other rates are not transcribed.
+VLLM_BLOG_ROWS = (
+    ("draft_model", "draft-qwama-0.5b", "sharegpt", "turboderp/Qwama-0.5B-Instruct", 1, 1.5,
+     "figure5", 'the annotation "Up to 1.5x Speedup at QPS=1"', "the prose: up to 1.5x"),
+    ("draft_model", "draft-qwama-0.5b", "sharegpt", "turboderp/Qwama-0.5B-Instruct", 10,
+     1 / 1.4, "figure7", 'the annotation "1.4x slowdown" over the QPS 10 bars',
+     "1.4x slowdown: 1 / 1.4 (our arithmetic)"),
+    ("ngram", "ngram", "cnn_dailymail", "", 1, 2.8, "figure6",
+     'the annotation "Up to 2.8x Speedup at QPS=1"', "the prose: up to 2.8x"),
+    ("ngram", "ngram", "cnn_dailymail", "", 8, 1 / 1.8, "figure7",
+     'the annotation "1.8x slowdown" over the QPS 8 bars',
+     "1.8x slowdown: 1 / 1.8 (our arithmetic)"),
+)  # fmt: skip
+
+
+def vllm_blog_points() -> Iterator[dict[str, Any]]:
+    """The speedups the vLLM blog of 2024-10 prints against the request rate: Llama-3-70B on four
+    H100s with a draft model (ShareGPT) and with n-grams (CNN/DailyMail), k = 4, both arms'
+    end-to-end latency measured at each rate; the draft-model sweep is issue #8's example of a
+    gain that turns into a slowdown under load."""
+    for method, tag, dataset, draft, rate, speedup, figure, printed, note in VLLM_BLOG_ROWS:
+        reason = VLLM_BLOG_REASON
+        if draft:
+            reason += f"; draft model {draft} not in the catalogue"
+        yield _row(
+            point_id=f"vllm-blog-2410-llama-3-70b-{tag}-k4-qps{rate}",
+            source_group="vllm-blog-2024-10",
+            engine="vLLM (2024-10, V0 engine)",
+            preset="vllm-v0",
+            model="llama-3.1-70b",
+            gpu="h100-sxm",
+            num_gpus=4,
+            precision="bf16",
+            method=method,
+            num_speculative_tokens=4,
+            arrival="poisson",
+            rate_per_s=rate,
+            dataset=dataset,
+            quantity="speedup",
+            statistic="latency_ratio",
+            measured=f"{speedup:.3f}",
+            unit="x",
+            source=VLLM_BLOG.format(figure=figure, printed=printed),
+            not_expressible=reason,
+            notes=(
+                "end-to-end latency without speculation / with it at the same request rate "
+                f"(the figures' axis; mean taken, the blog does not say), TP 4; {note}; "
+                + VLLM_BLOG_SETUP_NOTE
+                + (f"; draft {draft}" if draft else "")
             ),
         )

@@ -11,13 +11,19 @@ printing the value). The concurrency sweep is a vLLM main build of January 2026 
 with an EAGLE-3 head on one H100, InstructCoder, k = 3, both arms measured at every concurrency
 (tomasruizt/vllm-scripts): 1.95× at 1 client, 1.52× at 64; its speedup falls below 1× at 256
 clients for every k and at 128 for k >= 5 (the 256-client rows are kept: the simulated KV pool
-there does not match the logged one). The QPS crossover has no expressible
-measurement (vLLM PR #12755 is DeepSeek-R1 with MTP; the concurrency sweep caps its Poisson stream
-at the concurrency, so it is a closed loop, not a rate sweep).
+there does not match the logged one). The QPS check runs on every measured request-rate sweep with
+both arms (speedup rows whose arrivals are rate-driven, ids ``<stem>-qps<rate>``; each row's
+speedup is a mean-TPOT ratio, :func:`sim.validation.runner._tpot_ratio`): the predicted speedup
+must fall from the lowest to the highest rate as the measured one does, and sit on the measured
+side of 1x at every rate. The only such sweep transcribed, vLLM PR #12755 (DeepSeek-R1 with MTP),
+is not expressible (its GPU and lengths are not stated), so the check reports NOT RUN with that
+sweep's measured values and its reason; the concurrency sweep caps its Poisson stream at the
+concurrency, so it is a closed loop, not a rate sweep.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -183,16 +189,73 @@ def speedup_checks(
         )
     checks.append(_concurrency_check(results))
     checks.append(_crossover_check(results))
-    checks.append(
-        ShapeCheck(
-            "speedup falls with QPS",
-            None,
-            "the only measured QPS sweep with both arms (vLLM PR #12755, DeepSeek-R1 MTP) "
-            "is not expressible; the concurrency sweeps found cap their arrivals at the "
-            "concurrency (closed loops, checked above)",
-        )
-    )
+    checks.append(qps_check(results))
     return checks
+
+
+#: A rate sweep's point ids: ``<stem>-qps<rate>``; the rows of one stem are one sweep.
+QPS_POINT_ID = re.compile(r"^(?P<stem>.+)-qps(?P<rate>[0-9.]+)$")
+QPS_CHECK_NAME = "speedup falls with QPS and is below 1x where measured below 1x"
+
+
+def _qps_sweeps(results: Sequence[ValidationResult]) -> dict[str, list[ValidationResult]]:
+    """The speedup rows of each measured rate sweep (expressible or not), by stem, by rate."""
+    sweeps: dict[str, list[ValidationResult]] = {}
+    for result in results:
+        match = QPS_POINT_ID.match(result.point_id)
+        if result.quantity != "speedup" or result.rate_per_s is None or match is None:
+            continue
+        sweeps.setdefault(match["stem"], []).append(result)
+    return {stem: sorted(rows, key=lambda r: r.rate_per_s or 0.0) for stem, rows in sweeps.items()}
+
+
+def _rate_fmt(row: ValidationResult, value: float) -> str:
+    return f"{row.rate_per_s:g}/s {value:.2f}x"
+
+
+def qps_check(results: Sequence[ValidationResult]) -> ShapeCheck:
+    """The predicted speedup of every expressible rate sweep against its measured shape.
+
+    A sweep is judged on its expressible rows when there are at least two rates: its predicted
+    speedup must move from the lowest to the highest rate in the measured direction (falling where
+    the measured one falls) and be on the measured side of 1x at every rate. A sweep with fewer
+    expressible rows is listed with its measured values and the reason it is not run; with no
+    judged sweep the check is NOT RUN.
+    """
+    judged: list[str] = []
+    kept: list[str] = []
+    passed = True
+    for stem, rows in _qps_sweeps(results).items():
+        runs = [r for r in rows if r.predicted is not None]
+        if len({r.rate_per_s for r in runs}) < 2:
+            measured = " -> ".join(_rate_fmt(r, r.measured) for r in rows)
+            reasons = sorted({r.reason for r in rows if r.predicted is None})
+            kept.append(f"{stem} (measured {measured}) not run: {'; '.join(reasons)}")
+            continue
+        low, high = runs[0], runs[-1]
+        predicted = {r.point_id: float(r.predicted or 0.0) for r in runs}
+        same_sign = (predicted[high.point_id] < predicted[low.point_id]) == (
+            high.measured < low.measured
+        )
+        wrong_side = [r for r in runs if (predicted[r.point_id] < 1.0) != (r.measured < 1.0)]
+        passed = passed and same_sign and not wrong_side
+        line = (
+            f"{stem}: predicted {_rate_fmt(low, predicted[low.point_id])} -> "
+            f"{_rate_fmt(high, predicted[high.point_id])}; measured {_rate_fmt(low, low.measured)}"
+            f" -> {_rate_fmt(high, high.measured)}"
+        )
+        if not same_sign:
+            line += "; predicted trend opposite to the measured one"
+        if wrong_side:
+            line += "; wrong side of 1x: " + ", ".join(
+                f"{_rate_fmt(r, predicted[r.point_id])} (measured {r.measured:.2f}x)"
+                for r in wrong_side
+            )
+        judged.append(line)
+    if not judged:
+        detail = "; ".join(kept) if kept else "no measured request-rate sweep with both arms"
+        return ShapeCheck(QPS_CHECK_NAME, None, detail)
+    return ShapeCheck(QPS_CHECK_NAME, passed, "; ".join(judged + kept))
 
 
 def _concurrency_check(results: Sequence[ValidationResult]) -> ShapeCheck:

@@ -17,7 +17,12 @@ from sim.errors import CalibrationError
 
 #: Quantities a point can measure, with the unit each must be given in.
 QUANTITY_UNITS = {"tpot_ms": "ms", "ttft_ms": "ms", "output_tok_s": "tok/s", "speedup": "x"}
-STATISTICS = ("mean", "p50", "ratio")
+#: ``ratio``: a speedup as output throughput with / without speculation at the same closed-loop
+#: load; ``tpot_ratio`` and ``latency_ratio``: mean TPOT or end-to-end latency without / with, the
+#: speedups a request-rate sweep reports (an open loop below saturation delivers its offered load
+#: in both arms, so its throughput ratio is ~1 whatever speculation does).
+STATISTICS = ("mean", "p50", "ratio", "tpot_ratio", "latency_ratio")
+RATE_SPEEDUP_STATISTICS = ("tpot_ratio", "latency_ratio")
 ARRIVALS = ("closed_loop", "poisson", "constant", "trace")
 
 
@@ -152,6 +157,13 @@ def _parse(row: dict[str, str], where: str) -> ValidationPoint:
         raise CalibrationError(f"{where}: statistic must be one of {STATISTICS}")
     if point.arrival and point.arrival not in ARRIVALS:
         raise CalibrationError(f"{where}: arrival must be one of {ARRIVALS}, got {point.arrival!r}")
+    rate_driven = point.arrival in ("poisson", "constant")
+    if point.quantity == "speedup" and rate_driven != (point.statistic in RATE_SPEEDUP_STATISTICS):
+        raise CalibrationError(
+            f"{where}: a speedup under {point.arrival or 'an unstated'} arrivals has statistic "
+            + (f"one of {RATE_SPEEDUP_STATISTICS}" if rate_driven else "ratio")
+            + f", got {point.statistic!r}"
+        )
     return point
 
 

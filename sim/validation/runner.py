@@ -18,12 +18,14 @@ from sim.run import run_scenario
 from sim.scenario import Scenario
 from sim.summary import Summary
 from sim.validation.points import ValidationPoint, load_points
-from sim.validation.scenarios import REGIMES, regime_of, traces_dir, try_build
+from sim.validation.scenarios import RATE_DRIVEN, REGIMES, regime_of, traces_dir, try_build
 
 #: ``--regime`` words that stand for several regimes.
 REGIME_ALIASES = {"all": REGIMES, "under-load": REGIMES[1:]}
 #: The summary latency each latency quantity of a validation point is.
 LATENCY_OF_QUANTITY = {"tpot_ms": "tpot", "ttft_ms": "ttft"}
+#: The summary latency whose mean ratio (without / with speculation) a rate sweep's speedup is.
+LATENCY_OF_RATIO = {"tpot_ratio": "tpot", "latency_ratio": "e2e_latency"}
 #: Which error budget a quantity belongs to.
 FAMILY = {
     "tpot_ms": "tpot",
@@ -55,6 +57,8 @@ class ValidationResult:
     source: str
     fitted_by: str
     reason: str = ""
+    #: The point's offered request rate where its arrivals are rate-driven (Poisson or constant).
+    rate_per_s: float | None = None
 
     @property
     def family(self) -> str:
@@ -137,6 +141,8 @@ def _predict(point: ValidationPoint, runs: _Runs) -> tuple[float | None, str]:
             baseline, reason = try_build(point, method="none")
             if baseline is None:
                 return None, reason
+            if point.statistic in LATENCY_OF_RATIO:
+                return _latency_ratio(runs.summary(baseline), summary, point.statistic)
             plain = runs.summary(baseline).output_throughput_tok_s
             return summary.output_throughput_tok_s / plain, ""
     except SpecsimError as exc:  # e.g. the model does not fit on the GPUs
@@ -147,6 +153,25 @@ def _predict(point: ValidationPoint, runs: _Runs) -> tuple[float | None, str]:
     if value is None:
         return None, f"the run measured no {point.quantity}"
     return float(value), ""
+
+
+def _latency_ratio(
+    baseline: Summary, speculative: Summary, statistic: str
+) -> tuple[float | None, str]:
+    """A rate sweep's speedup: the mean latency of ``statistic`` (:data:`LATENCY_OF_RATIO`)
+    without speculation over its mean with it.
+
+    Below saturation an open loop's output throughput is its offered load in both arms, so a
+    throughput ratio is ~1 whatever speculation does; the sources that sweep the request rate
+    report latency ratios (vLLM PR #12755's "Speedup" column is baseline TPOT / k=1 TPOT; the vLLM
+    blog of 2024-10 compares end-to-end latencies).
+    """
+    metric = LATENCY_OF_RATIO[statistic]
+    plain = baseline.latency_stat_ms(metric, "mean")
+    spec = speculative.latency_stat_ms(metric, "mean")
+    if plain is None or spec is None or spec <= 0:
+        return None, f"the run measured no {metric}"
+    return float(plain / spec), ""
 
 
 def run_points(
@@ -199,6 +224,7 @@ def run_points(
                 source=point.source,
                 fitted_by=point.fitted_by,
                 reason=reason,
+                rate_per_s=point.rate_per_s if point.arrival in RATE_DRIVEN else None,
             )
         )
     return results
