@@ -13,10 +13,15 @@ sized beside the miss, neither applied to the model:
 * ``cpu``: the per-sequence CPU work (``per_sequence_overhead_s`` x sequences) that asynchronous
   scheduling hides in the model, as if it showed in full.
 
+``--eager-launch added`` reruns the rows with the first candidate applied (a what-if, not the
+model: every step above the captured size pays the launch time in full instead of
+``max(0, launch - forward)``, :meth:`sim.host_costs.HostCostModel.launch_stall_s`).
+
 ``miss/step`` is the extra time a simulated step would need for the simulated throughput to
 equal the logged one with the same steps (mean step x (predicted / measured - 1)). Usage::
 
     python -m benchmarks.sweep_step_decomposition [--clients 64,128,256] [--k 0,1,3,5]
+        [--eager-launch hidden|added]
 
 ``--k 0`` is the arm without speculation. Exit status 0: a diagnostic, not a gate.
 """
@@ -30,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from sim.catalogue import get_model
-from sim.host_costs import load_host_profile
+from sim.host_costs import HostCostModel, load_host_profile
 from sim.run import run_scenario
 from sim.validation.points import load_points
 from sim.validation.scenarios import build_scenario, traces_dir
@@ -95,11 +100,24 @@ def _row(clients: int, k: int, launch_s: float, per_seq_s: float) -> dict[str, A
     }
 
 
+def _launch_added(
+    self: HostCostModel, forward_s: Any, graphed: Any, num_layers: int | None = None
+) -> np.ndarray:
+    """The what-if: an eager forward pays its whole launch time, whatever the GPU's."""
+    layers = self.num_layers if num_layers is None else num_layers
+    launch = self.costs.eager_launch_s_per_layer * layers
+    shape = np.shape(np.asarray(forward_s, dtype=np.float64))
+    return np.where(np.asarray(graphed, dtype=bool), 0.0, np.full(shape, launch))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="64,128,256")
     parser.add_argument("--k", default="0,1,3,5")
+    parser.add_argument("--eager-launch", choices=("hidden", "added"), default="hidden")
     args = parser.parse_args()
+    if args.eager_launch == "added":
+        HostCostModel.launch_stall_s = _launch_added  # type: ignore[method-assign]
     costs = load_host_profile(PRESET).costs
     layers = get_model("qwen3-32b").spec.num_layers
     launch_s = costs.eager_launch_s_per_layer * layers
