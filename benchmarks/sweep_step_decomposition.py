@@ -1,0 +1,150 @@
+"""Decompose the simulated engine step of the vLLM concurrency sweep's Qwen3-32B rows.
+
+The sweep (source group ``vllm-sweep-tomasruizt``, docs/validation.md) over-predicts output
+throughput from 128 clients on, in both arms. This prints, for each client count and arm (no
+speculation, EAGLE-3 at k = 1, 3, 5), the simulated output throughput against the logged one and
+the mean step split into the cost model's terms, with the step's shape: sequences and tokens
+per step, prefill tokens, steps above vLLM's largest captured size (512 tokens: these launch
+eagerly), preemptions and the prefill tokens recomputed after them. Two unpriced candidates are
+sized beside the miss, neither applied to the model:
+
+* ``eager``: the target's eager launch time (``eager_launch_s_per_layer`` x layers) on every
+  step above the captured size, as if the launch were not hidden behind the forward;
+* ``cpu``: the per-sequence CPU work (``per_sequence_overhead_s`` x sequences) that asynchronous
+  scheduling hides in the model, as if it showed in full.
+
+``--eager-launch added`` reruns the rows with the first candidate applied (a what-if, not the
+model: every step above the captured size pays the launch time in full instead of
+``max(0, launch - forward)``, :meth:`sim.host_costs.HostCostModel.launch_stall_s`).
+
+``miss/step`` is the extra time a simulated step would need for the simulated throughput to
+equal the logged one with the same steps (mean step x (predicted / measured - 1)). Usage::
+
+    python -m benchmarks.sweep_step_decomposition [--clients 64,128,256] [--k 0,1,3,5]
+        [--eager-launch hidden|added]
+
+``--k 0`` is the arm without speculation. Exit status 0: a diagnostic, not a gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+
+from sim.catalogue import get_model
+from sim.host_costs import HostCostModel, load_host_profile
+from sim.run import run_scenario
+from sim.validation.points import load_points
+from sim.validation.scenarios import build_scenario, traces_dir
+from tools.sweep_validation_points import CONCURRENCY, QWEN_BASELINE, QWEN_EAGLE3
+
+PRESET = "vllm-v1-async"
+#: Mean TTFT and mean TPOT (ms) the same benchmark printed, per (k, clients); k = 0: no
+#: speculation (tomasruizt/vllm-scripts @ d94d714, results/logs-2026-01-23/
+#: vllm-throughput-InstructCoder-{nosd,sd-eagle3-Qwen3-32B-speculator.eagle3-k<k>}-t0.0-tp1/
+#: 0_out.logs, "Mean TTFT (ms)" and "Mean TPOT (ms)" at each MAX_CONCURRENCY).
+MEASURED_TTFT_TPOT_MS = {
+    (0, 64): (306.37, 40.44),
+    (0, 128): (843.76, 47.11),
+    (0, 256): (2320.69, 65.43),
+    (1, 64): (218.64, 28.67),
+    (1, 128): (417.49, 37.46),
+    (1, 256): (3053.39, 67.03),
+    (3, 64): (228.12, 25.42),
+    (3, 128): (419.34, 40.82),
+    (3, 256): (4366.67, 70.30),
+    (5, 64): (261.65, 28.56),
+    (5, 128): (484.41, 52.02),
+    (5, 256): (5851.31, 85.63),
+}
+TERMS = ("fixed_s", "linear_s", "attention_s", "sampling_s", "draft_s")
+
+
+def _row(clients: int, k: int, launch_s: float, per_seq_s: float) -> dict[str, Any]:
+    points = {p.point_id: p for p in load_points()}
+    point = points[f"tomasruizt-qwen3-32b-eagle3-k{max(k, 1)}-c{clients}"]
+    scenario = build_scenario(point, "none" if k == 0 else None)
+    result = run_scenario(scenario, traces_dir())
+    steps = {key: np.asarray(value) for key, value in result.steps.items()}
+    index = CONCURRENCY.index(clients)
+    measured = QWEN_BASELINE[index] if k == 0 else QWEN_EAGLE3[k][index]
+    predicted = result.summary.output_throughput_tok_s
+    duration = steps["duration_s"]
+    tokens = steps["num_tokens"]
+    fresh = (point.prompt_tokens or 0) * (point.num_requests or 0)
+    eager = tokens > load_host_profile(PRESET).costs.cuda_graph_max_tokens
+    mean_step = float(duration.mean())
+    return {
+        "clients": clients,
+        "k": k,
+        "predicted": predicted,
+        "measured": measured,
+        "error": predicted / measured - 1.0,
+        "ttft_ms": result.summary.ttft_ms.mean,
+        "tpot_ms": result.summary.tpot_ms.mean,
+        "measured_ttft_tpot": MEASURED_TTFT_TPOT_MS.get((k, clients), (float("nan"),) * 2),
+        "step_ms": 1e3 * mean_step,
+        **{t: 1e3 * float(steps[t].mean()) for t in TERMS},
+        "seqs": float(steps["num_seqs"].mean()),
+        "tokens": float(tokens.mean()),
+        "prefill": float(steps["num_prefill_tokens"].mean()),
+        "eager": float(eager.mean()),
+        "preemptions": result.summary.num_preemptions,
+        "recomputed": int(steps["num_prefill_tokens"].sum()) - fresh,
+        "miss_ms": 1e3 * mean_step * (predicted / measured - 1.0),
+        "eager_ms": 1e3 * launch_s * float(eager.mean()),
+        "cpu_ms": 1e3 * per_seq_s * float(steps["num_seqs"].mean()),
+    }
+
+
+def _launch_added(
+    self: HostCostModel, forward_s: Any, graphed: Any, num_layers: int | None = None
+) -> np.ndarray:
+    """The what-if: an eager forward pays its whole launch time, whatever the GPU's."""
+    layers = self.num_layers if num_layers is None else num_layers
+    launch = self.costs.eager_launch_s_per_layer * layers
+    shape = np.shape(np.asarray(forward_s, dtype=np.float64))
+    return np.where(np.asarray(graphed, dtype=bool), 0.0, np.full(shape, launch))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", default="64,128,256")
+    parser.add_argument("--k", default="0,1,3,5")
+    parser.add_argument("--eager-launch", choices=("hidden", "added"), default="hidden")
+    args = parser.parse_args()
+    if args.eager_launch == "added":
+        HostCostModel.launch_stall_s = _launch_added  # type: ignore[method-assign]
+    costs = load_host_profile(PRESET).costs
+    layers = get_model("qwen3-32b").spec.num_layers
+    launch_s = costs.eager_launch_s_per_layer * layers
+    started = time.perf_counter()
+    print(
+        "| clients | k | predicted tok/s | measured | error | TTFT ms (measured) | "
+        "TPOT ms (measured) | step ms | fixed | linear | "
+        "attention | sampling | draft | seqs/step | tokens/step | prefill tok/step | "
+        "eager steps | preemptions | recomputed tok | miss/step ms | eager ms | cpu ms |"
+    )
+    print("|" + "---:|" * 22)
+    for clients in (int(c) for c in args.clients.split(",")):
+        for k in (int(v) for v in args.k.split(",")):
+            r = _row(clients, k, launch_s, costs.per_sequence_overhead_s)
+            ttft, tpot = r["measured_ttft_tpot"]
+            print(
+                f"| {r['clients']} | {r['k']} | {r['predicted']:,.0f} | {r['measured']:,.0f} | "
+                f"{100 * r['error']:+.1f}% | {r['ttft_ms']:,.0f} ({ttft:,.0f}) | "
+                f"{r['tpot_ms']:.1f} ({tpot:.1f}) | {r['step_ms']:.1f} | {r['fixed_s']:.1f} | "
+                f"{r['linear_s']:.1f} | {r['attention_s']:.1f} | {r['sampling_s']:.2f} | "
+                f"{r['draft_s']:.1f} | {r['seqs']:.0f} | {r['tokens']:.0f} | {r['prefill']:.0f} | "
+                f"{100 * r['eager']:.0f}% | {r['preemptions']} | {r['recomputed']:,} | "
+                f"{r['miss_ms']:.1f} | {r['eager_ms']:.1f} | {r['cpu_ms']:.1f} |",
+                flush=True,
+            )
+    print(f"wall time {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
