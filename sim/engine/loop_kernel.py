@@ -702,11 +702,18 @@ def compiled() -> Callable[..., int] | None:
         return None
     import numba
 
+    # The helpers and the policy kernels allocate nothing, so they run without numba's
+    # reference counting (_nrt=False): with it, a compiled function takes a reference on each
+    # array it is passed, on entry, and drops it on return, two atomic operations per array
+    # per call. The policy kernels are called three times a step with some twenty arrays:
+    # that was a third of an sglang-ema run's loop (0.24 s against 0.18 s of CPU at 30,000
+    # requests, with the same steps), more than all their arithmetic.
+    plain = numba.njit(cache=True, nogil=True, _nrt=False)
     for helper in (_lookup, _before, _heap_push, _heap_pop):
-        globals()[helper.__name__] = numba.njit(cache=True, nogil=True)(helper)
+        globals()[helper.__name__] = plain(helper)
     # The policy kernels call each other through their module's names: all compiled first.
     for kernel in policy_kernel.KERNELS:
-        setattr(policy_kernel, kernel.__name__, numba.njit(cache=True, nogil=True)(kernel))
+        setattr(policy_kernel, kernel.__name__, plain(kernel))
     for name, attribute in (
         ("_acc_len", "acc_len"),
         ("_pk_stage", "stage"),
