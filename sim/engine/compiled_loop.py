@@ -60,6 +60,7 @@ from sim.engine.loop_kernel import (
     MISSING,
     PYTHON,
     compiled,
+    step_buffers,
 )
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class CompiledLoop:
         self._itl_values = np.zeros(num_itl, dtype=np.float64)
         self._itl_at = np.zeros(num_itl, dtype=np.float64)
         self._missing = np.zeros((3, 2 + len(lowered._levels)), dtype=np.float64)
+        self._buffers = step_buffers(cfg.max_num_seqs)
         self._policy = policy
         if policy is None:
             self._no_policy = no_policy()
@@ -209,6 +211,7 @@ class CompiledLoop:
                 self._itl_at,
                 self._missing,
                 self._no_policy if policy is None else policy.arrays(),
+                self._buffers,
             )
             if policy is not None:
                 policy.hand_back()
@@ -319,7 +322,7 @@ def no_policy() -> tuple[np.ndarray, ...]:
     f1, i1 = np.zeros(1), np.zeros(1, dtype=np.int64)
     f2, i2 = np.zeros((1, 1)), np.zeros((1, 1), dtype=np.int64)
     return (np.zeros(13, dtype=np.int64), f1, np.zeros(3, dtype=np.int64), i2, i2, f2, f2,
-            np.zeros((1, 1, 1, 1)), f2, np.zeros(1, dtype=np.uint8), i1)  # fmt: skip
+            np.zeros((1, 1, 1, 1)), f2, np.zeros(1, dtype=np.uint8), i1, i2)  # fmt: skip
 
 
 def load() -> bool:

@@ -184,6 +184,7 @@ def _loop(stamp: int) -> Callable[..., int]:
         itl_at: FloatArray,
         missing: FloatArray,
         policy: tuple[Any, ...],
+        buffers: tuple[Any, ...],
     ) -> int:
         """Run steps from the state in ``ints``/``clock``/``running``/the queue until one of
         :data:`DONE`, :data:`FULL`, :data:`PYTHON` or :data:`MISSING` (returned); the state, the
@@ -205,7 +206,8 @@ def _loop(stamp: int) -> Callable[..., int]:
         parameters and tables (:class:`~sim.engine.cost_kernel.LoweredCost`), as it takes them
         after the step's shape. ``policy``: a per-step policy's state and the acceptance per
         output position (:class:`~sim.engine.policy_state.LoweredPolicy`; kind 0: none, the
-        plan is ``offsets``/``plan_proposed``/``plan_accepted``)."""
+        plan is ``offsets``/``plan_proposed``/``plan_accepted``). ``buffers``: one step's rows and
+        the evaluator's inputs (:func:`step_buffers`), so that the loop allocates nothing."""
         if stamp < 0:
             return PYTHON
         max_seqs = cfg[_MAX_SEQS]
@@ -219,7 +221,7 @@ def _loop(stamp: int) -> Callable[..., int]:
         max_steps = cfg[_MAX_STEPS]
         closed = cfg[_CLOSED] != 0
         (pol_ints, pol_floats, staged, slots, slot_steps, slot_floats, pol_ema, pol_table,
-         pol_scratch, acc_values, acc_offsets) = policy  # fmt: skip
+         pol_scratch, acc_values, acc_offsets, acc_cache) = policy  # fmt: skip
         adaptive = pol_ints[0] != 0
         oracle = pol_ints[0] == policy_kernel.ORACLE
         k_max = pol_ints[3]
@@ -237,28 +239,12 @@ def _loop(stamp: int) -> Callable[..., int]:
         now = clock[0]
         num_arrivals = len(times)
         capacity = rec_f.shape[1]
-        # One step's rows (running ones scheduled, then admissions).
+        # One step's rows (running ones scheduled, then admissions): see step_buffers.
         rows = max_seqs + 1
-        ids = np.empty(rows, dtype=np.int64)
-        take = np.empty(rows, dtype=np.int64)
-        is_dec = np.empty(rows, dtype=np.bool_)
-        prop = np.empty(rows, dtype=np.int64)
-        acc = np.empty(rows, dtype=np.int64)
-        comp = np.empty(rows, dtype=np.int64)
-        need = np.empty(rows, dtype=np.int64)
-        position = np.empty(rows, dtype=np.int64)
-        victims = np.empty(rows, dtype=np.int64)
-        emit = np.empty(rows, dtype=np.int64)
-        new_comp = np.empty(rows, dtype=np.int64)
-        kept = np.empty(rows, dtype=np.int64)
-        drafting = np.zeros(rows, dtype=np.bool_)
-        # A decoding row's acc_len - 1 at its position where the policy's pass read it, else -1
-        # (the drafting's query reads it again only where it was not read).
-        here_row = np.empty(rows, dtype=np.int64)
-        # The evaluator's inputs for one step.
-        shape = np.zeros((9, 1), dtype=np.int64)
-        given = np.zeros(1, dtype=np.float64)
-        out = np.empty((7, 1), dtype=np.float64)
+        row_ints, is_dec, drafting, shape, given, out = buffers
+        ids, take, prop, acc = row_ints[0], row_ints[1], row_ints[2], row_ints[3]
+        comp, need, position, victims = row_ints[4], row_ints[5], row_ints[6], row_ints[7]
+        emit, new_comp, here_row = row_ints[8], row_ints[9], row_ints[10]
         status = FULL
         while True:
             # Arrivals at or before the clock join the queue (a step at t sees those at <= t).
@@ -315,6 +301,7 @@ def _loop(stamp: int) -> Callable[..., int]:
             n = 0
             want_before = 0
             need_sum = 0
+            taken = 0
             for i in range(num_running):
                 r = running[i]
                 emitted_r = num_emitted[r]
@@ -326,10 +313,19 @@ def _loop(stamp: int) -> Callable[..., int]:
                 here = -1
                 if dec:
                     if adaptive:
-                        # Speculation off for the batch (k_chosen 0): nothing to read.
-                        if oracle or k_chosen > 0:
+                        if oracle:
+                            # Read once a row and position: the drafting's look-ahead of the
+                            # step before read it there (policy_kernel.acc_len_at).
+                            here = (
+                                _acc_len_at(acc_values, acc_offsets, acc_cache, r, emitted_r - 1)
+                                - 1
+                            )
+                            p = min(here, k_max)
+                            a = p
+                        elif k_chosen > 0:
+                            # Speculation off for the batch (k_chosen 0): nothing to read.
                             here = _acc_len(acc_values, acc_offsets, r, emitted_r - 1) - 1
-                            p = min(here, k_max) if oracle else k_chosen
+                            p = k_chosen
                             a = min(here, p)
                     elif has_plan:
                         p, a = _lookup(
@@ -350,6 +346,7 @@ def _loop(stamp: int) -> Callable[..., int]:
                     if a > p:
                         a = p
                 if t > 0:
+                    taken += t
                     ids[n] = r
                     take[n] = t
                     is_dec[n] = dec
@@ -373,6 +370,7 @@ def _loop(stamp: int) -> Callable[..., int]:
                 free = num_free
                 tail = num_running
                 kept_rows = 0
+                taken = 0
                 for k in range(n):
                     if position[k] >= tail:
                         break  # preempted, as every row after it
@@ -393,6 +391,7 @@ def _loop(stamp: int) -> Callable[..., int]:
                         break
                     if granted:
                         free -= need[k]
+                        taken += take[k]
                         ids[kept_rows] = ids[k]
                         take[kept_rows] = take[k]
                         is_dec[kept_rows] = is_dec[k]
@@ -409,9 +408,7 @@ def _loop(stamp: int) -> Callable[..., int]:
                     status = PYTHON
                     break
             num_scheduled = n
-            budget = max_budget
-            for k in range(n):
-                budget -= take[k]
+            budget = max_budget - taken
             # --- admissions in FCFS order (Scheduler._admit; no prefix cache), none after a
             # preemption
             num_admitted = 0
@@ -521,7 +518,8 @@ def _loop(stamp: int) -> Callable[..., int]:
                 batch_after = num_running - num_preempted + num_admitted
                 work_proposed = _pk_draft(
                     pol_ints, pol_floats, staged, slots, slot_steps, slot_floats, pol_ema,
-                    pol_table, pol_scratch, acc_values, acc_offsets, ids, is_dec, drafting,
+                    pol_table, pol_scratch, acc_values, acc_offsets, acc_cache, ids, is_dec,
+                    drafting,
                     here_row, n, batch_after, num_decode, drafting_dec, work_seqs - drafting_dec,
                     num_emitted, output, num_computed,
                 )  # fmt: skip
@@ -549,6 +547,7 @@ def _loop(stamp: int) -> Callable[..., int]:
                 break
             # --- commit: blocks, admissions, progress (Scheduler.schedule, EngineCore.apply_block)
             duration = out[6, 0]
+            step_at = now
             end = now + duration
             for v in range(num_preempted):
                 # Preempted for recompute (Scheduler._preempt_tail): every block back, to the
@@ -561,37 +560,9 @@ def _loop(stamp: int) -> Callable[..., int]:
                 state[r] = _WAITING
                 qhead -= 1
                 queue[qhead] = r
-            for k in range(n):
-                held[ids[k]] += need[k]
             num_free = free
             kv_used = num_blocks - num_free
-            for k in range(num_scheduled, n):
-                r = ids[k]
-                state[r] = _RUNNING
-                if scheduled_at[r] != scheduled_at[r]:  # NaN: not a readmission
-                    scheduled_at[r] = now
-                    num_cached[r] = comp[k]
             qhead += num_admitted
-            for k in range(n):
-                r = ids[k]
-                e = emit[k]
-                prior = num_emitted[r]
-                if is_dec[k]:
-                    num_decode_steps[r] += 1
-                if prop[k] > 0:  # a row that verified nothing (speculation off) accepted none
-                    num_drafted[r] += prop[k]
-                    num_accepted[r] += acc[k]
-                if e > 0:
-                    if prior > 0 and last_emit_step[r] != step0 - 1:
-                        itl_values[num_itl] = end - last_emit_at[r]
-                        itl_at[num_itl] = end
-                        num_itl += 1
-                    if prior == 0:
-                        first_token_at[r] = end
-                    last_emit_at[r] = end
-                    last_emit_step[r] = step0
-                num_emitted[r] = prior + e
-                num_computed[r] = new_comp[k]
             if adaptive:
                 _pk_observe(pol_ints, pol_floats, staged, slots, slot_steps, slot_floats,
                             pol_ema, ids, prop, acc, n, verified, accepted_sum)  # fmt: skip
@@ -615,19 +586,44 @@ def _loop(stamp: int) -> Callable[..., int]:
             num_records += 1
             now = end
             num_steps += 1
-            # KV: each sequence holds exactly the blocks of its committed tokens
-            # (BlockManager.settle), then the finished ones return theirs (Scheduler.finish).
+            # One pass over the step's rows: admission, progress, KV, finish.
             for k in range(n):
                 r = ids[k]
-                change = -(-new_comp[k] // block_size) - held[r]
-                held[r] += change
-                num_free -= change
-                logical[r] = new_comp[k]
-            for k in range(n):
-                r = ids[k]
-                if num_emitted[r] == output[r]:
+                if k >= num_scheduled:
+                    state[r] = _RUNNING
+                    if scheduled_at[r] != scheduled_at[r]:  # NaN: not a readmission
+                        scheduled_at[r] = step_at
+                        num_cached[r] = comp[k]
+                e = emit[k]
+                prior = num_emitted[r]
+                if is_dec[k]:
+                    num_decode_steps[r] += 1
+                if prop[k] > 0:  # a row that verified nothing (speculation off) accepted none
+                    num_drafted[r] += prop[k]
+                    num_accepted[r] += acc[k]
+                if e > 0:
+                    if prior > 0 and last_emit_step[r] != step0 - 1:
+                        itl_values[num_itl] = end - last_emit_at[r]
+                        itl_at[num_itl] = end
+                        num_itl += 1
+                    if prior == 0:
+                        first_token_at[r] = end
+                    last_emit_at[r] = end
+                    last_emit_step[r] = step0
+                emitted_r = prior + e
+                num_emitted[r] = emitted_r
+                computed = new_comp[k]
+                num_computed[r] = computed
+                # KV: the sequence holds exactly the blocks of its committed tokens
+                # (BlockManager.settle: the step's grant, then the change to the committed).
+                blocks = -(-computed // block_size)
+                num_free -= blocks - (held[r] + need[k])
+                held[r] = blocks
+                logical[r] = computed
+                if emitted_r == output[r]:
+                    # Finished: its blocks back (Scheduler.finish).
                     finished_at[r] = end
-                    num_free += held[r]
+                    num_free += blocks
                     held[r] = 0
                     logical[r] = 0
                     state[r] = _FINISHED
@@ -648,20 +644,19 @@ def _loop(stamp: int) -> Callable[..., int]:
                             else:
                                 at = at + service_s[follow]
                         heap_n = _heap_push(heap_t, heap_r, heap_n, at, follow)
-            # The running order: the running ones still running, then the admitted.
+            # The running order: the running ones still running, then the admitted (in place:
+            # each is written at or before where it is read).
             m = 0
             for i in range(num_running):
                 r = running[i]
                 if state[r] == _RUNNING:
-                    kept[m] = r
+                    running[m] = r
                     m += 1
             for k in range(num_scheduled, n):
                 r = ids[k]
                 if state[r] == _RUNNING:
-                    kept[m] = r
+                    running[m] = r
                     m += 1
-            for i in range(m):
-                running[i] = kept[i]
             num_running = m
         ints[_FREE] = num_free
         ints[_STEPS] = num_steps
@@ -682,6 +677,7 @@ def _loop(stamp: int) -> Callable[..., int]:
 
 # The policy kernels (:mod:`sim.engine.policy_kernel`), bound compiled by :func:`compiled`.
 _acc_len = policy_kernel.acc_len
+_acc_len_at = policy_kernel.acc_len_at
 _pk_stage = policy_kernel.stage
 _pk_schedule = policy_kernel.schedule_k
 _pk_draft = policy_kernel.draft_proposed
@@ -708,7 +704,8 @@ def compiled() -> Callable[..., int] | None:
     # per call. The policy kernels are called three times a step with some twenty arrays:
     # that was a third of an sglang-ema run's loop (0.24 s against 0.18 s of CPU at 30,000
     # requests, with the same steps), more than all their arithmetic.
-    plain = numba.njit(cache=True, nogil=True, _nrt=False)
+    # (_nrt is numba's own option for that, left out of its type stubs.)
+    plain: Any = numba.njit(cache=True, nogil=True, _nrt=False)  # type: ignore[call-overload]
     for helper in (_lookup, _before, _heap_push, _heap_pop):
         globals()[helper.__name__] = plain(helper)
     # The policy kernels call each other through their module's names: all compiled first.
@@ -716,6 +713,7 @@ def compiled() -> Callable[..., int] | None:
         setattr(policy_kernel, kernel.__name__, plain(kernel))
     for name, attribute in (
         ("_acc_len", "acc_len"),
+        ("_acc_len_at", "acc_len_at"),
         ("_pk_stage", "stage"),
         ("_pk_schedule", "schedule_k"),
         ("_pk_draft", "draft_proposed"),
@@ -727,8 +725,28 @@ def compiled() -> Callable[..., int] | None:
     # requests/s), the same operations in the same order.
     globals()["_evaluate"] = numba.njit(cache=True, nogil=True, inline="always")(cost_eval.evaluate)
     stamp = _source_stamp()
-    loop: Any = numba.njit(cache=True, nogil=True)(_loop(stamp))
+    # The loop allocates nothing (its buffers are the caller's: step_buffers), so it too runs
+    # without reference counting: the evaluator's twenty-odd arrays, inlined, took a reference
+    # each a step.
+    loop: Any = plain(_loop(stamp))
     return loop
+
+
+def step_buffers(max_num_seqs: int) -> tuple[Any, ...]:
+    """The loop's working arrays for one step of up to ``max_num_seqs`` running rows and one
+    admission (the ``buffers`` it takes): the rows' integers (request, tokens taken, drafts
+    proposed and accepted, computed tokens, blocks needed, place in running, preemption
+    victims, tokens emitted, computed after, acc_len - 1 read or -1), whether each decodes and
+    drafts, and the evaluator's inputs and output for one step."""
+    rows = max_num_seqs + 1
+    return (
+        np.zeros((11, rows), dtype=np.int64),
+        np.zeros(rows, dtype=np.bool_),
+        np.zeros(rows, dtype=np.bool_),
+        np.zeros((9, 1), dtype=np.int64),
+        np.zeros(1, dtype=np.float64),
+        np.zeros((7, 1), dtype=np.float64),
+    )
 
 
 def _source_stamp() -> int:

@@ -67,6 +67,18 @@ def acc_len(values: Any, offsets: IntArray, r: int, position: int) -> int:
     return int(values[start + position])
 
 
+def acc_len_at(values: Any, offsets: IntArray, cache: IntArray, r: int, position: int) -> int:
+    """:func:`acc_len`, kept per request: ``cache[r]`` holds the position last read and its
+    value, so the scheduler's read of a row's position, after the drafting's look-ahead of the
+    step before read it, costs no second look-up (the value of a position never changes)."""
+    if cache[r, 0] == position:
+        return int(cache[r, 1])
+    value = acc_len(values, offsets, r, position)
+    cache[r, 0] = position
+    cache[r, 1] = value
+    return value
+
+
 def _slot_of(slots: IntArray, num_slots: int, batch_size: int) -> int:
     """The slot of the highest lowest batch size at or under ``batch_size``
     (SglangEmaPolicy._slot_of)."""
@@ -225,6 +237,7 @@ def draft_proposed(
     scratch: FloatArray,
     values: Any,
     offsets: IntArray,
+    cache: IntArray,
     ids: IntArray,
     is_dec: Any,
     drafting: Any,
@@ -260,7 +273,8 @@ def draft_proposed(
                     k = acc_len(values, offsets, r, max(emitted - 1, 0)) - 1
                 k = min(k, k_max)
                 if is_dec[j]:
-                    k = min(acc_len(values, offsets, r, emitted - 1 + k + 1) - 1, k_max)
+                    # Where the row is after this step: the next step's scheduler reads it.
+                    k = min(acc_len_at(values, offsets, cache, r, emitted - 1 + k + 1) - 1, k_max)
                 total += k
         return total
     if kind == SGLANG:
@@ -408,6 +422,6 @@ def stage(ints: IntArray, staged: IntArray) -> None:
 
 #: Every kernel, for :func:`sim.engine.loop_kernel.compiled` to compile.
 KERNELS: tuple[Callable[..., Any], ...] = (
-    acc_len, _slot_of, _slot_after, _holds_for, _best_k,
+    acc_len, acc_len_at, _slot_of, _slot_after, _holds_for, _best_k,
     _gather, schedule_k, draft_proposed, observe, stage,
 )  # fmt: skip

@@ -176,6 +176,7 @@ def run(
     )
     missing = np.zeros((3, 2 + len(lowered._levels)))
     no_policy = compiled_loop.no_policy()
+    buffers = loop_kernel.step_buffers(max_seqs)
     while True:
         status = driver(
             times, order, core.requests.prompt_tokens, core.requests.output_tokens,
@@ -183,7 +184,7 @@ def run(
             *state_arrays.values(), cfg,
             (lowered._levels, lowered._levels_by_k, lowered._fixed_by_k, lowered._nets,
              lowered._sizes, lowered._flags, lowered._c, *lowered._stores()),
-            *scratch, missing, no_policy, np.zeros(1), np.zeros(1, dtype=np.int64),
+            *scratch, missing, no_policy, buffers, np.zeros(1), np.zeros(1, dtype=np.int64),
             acc_f, acc_i, acc_itl, filled, routed, finished, late, live, num_live, assign,
         )  # fmt: skip
         if status == MISSING:
