@@ -39,7 +39,8 @@ from numpy.typing import NDArray
 from sim.engine import policy_kernel, policy_state
 from sim.engine.cost_eval import DRAFT_GIVEN
 from sim.engine.drafter import StepPlan
-from sim.engine.loop_kernel import (
+from sim.engine.loop_kernel import compiled
+from sim.engine.loop_state import (
     _CLOSED,
     _FINISHED_N,
     _FREE,
@@ -58,8 +59,8 @@ from sim.engine.loop_kernel import (
     FULL,
     INT_COLUMNS,
     MISSING,
+    NUM_INTS,
     PYTHON,
-    compiled,
     step_buffers,
 )
 
@@ -243,7 +244,7 @@ class CompiledLoop:
         )
         num_running = len(s.running)
         self._running[:num_running] = s.running
-        ints = np.zeros(12, dtype=np.int64)
+        ints = np.zeros(NUM_INTS, dtype=np.int64)
         ints[_FREE], ints[_STEPS], ints[_NEXT] = core.kv.num_free, core.num_steps, arrivals._next
         ints[_QHEAD], ints[_QTAIL] = front, front + num_waiting
         ints[_RUNNING_N] = num_running

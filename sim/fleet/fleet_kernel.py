@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sim.engine import loop_kernel
-from sim.engine.loop_kernel import (
+from sim.engine.loop_state import (
     _FINISHED_N,
     _ITL,
     _MISSING,
