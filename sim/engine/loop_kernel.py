@@ -241,20 +241,23 @@ def _loop(stamp: int) -> Callable[..., int]:
                 break
             # --- the step's emission, its shape and its drafting work (general_block)
             step0 = num_steps
+            batch_after = num_running - num_preempted + n - num_scheduled
+            # A step after which the policy drafts nothing (disable-above-batch above its batch
+            # size) gathers no drafting work: a plain step's, its drafting priced at zero.
+            drafts = speculative and (not adaptive or _pk_drafts(pol_ints, batch_after))
             (num_decode, decode_tokens, emitted_sum, drafted_sum, accepted_sum, spec_k, regular,
              drafting_dec, verified) = _step_shape(
                 row_ints, is_dec, drafting, n, prompt, output, num_emitted, num_decode_steps,
-                last_emit_step, step0, speculative, fixed_plan, shape,
+                last_emit_step, step0, drafts, fixed_plan, shape,
             )  # fmt: skip
-            if adaptive and speculative:
+            if adaptive and drafts:
                 # The next verify step's drafts (AdaptivePlan.lookup one step ahead).
                 work_seqs = shape[5, 0]
                 work_proposed = _pk_draft(
                     pol_ints, pol_floats, staged, slots, slot_steps, slot_floats, pol_ema,
                     pol_table, pol_scratch, acc_values, acc_offsets, acc_cache, ids, is_dec,
-                    drafting, here_row, n, num_running - num_preempted + n - num_scheduled,
-                    num_decode, drafting_dec, work_seqs - drafting_dec, num_emitted, output,
-                    num_computed,
+                    drafting, here_row, n, batch_after, num_decode, drafting_dec,
+                    work_seqs - drafting_dec, num_emitted, output, num_computed,
                 )  # fmt: skip
                 if work_proposed < 0:
                     status = policy_kernel.NEED_STEP_TIME
@@ -329,13 +332,13 @@ _step_shape = loop_emit.step_shape
 _commit = loop_emit.commit
 _pk_stage = policy_kernel.stage
 _pk_schedule = policy_kernel.schedule_k
+_pk_drafts = policy_kernel.drafts_next
 _pk_draft = policy_lookahead.draft_proposed
 _pk_observe = policy_kernel.observe
 
 
 def _evaluate(*args: Any) -> int:
-    """The cost evaluator (:func:`sim.engine.cost_eval.evaluate`, compiled), set by
-    :func:`compiled` before the loop is compiled."""
+    """The cost evaluator (:func:`sim.engine.cost_eval.evaluate`), bound by :func:`compiled`."""
     raise RuntimeError("the compiled loop's evaluator is bound by compiled()")
 
 
@@ -372,6 +375,7 @@ def compiled() -> Callable[..., int] | None:
         _release=loop_arrivals.release, _schedule_running=loop_schedule.schedule_running,
         _admit=loop_schedule.admit, _step_shape=loop_emit.step_shape, _commit=loop_emit.commit,
         _pk_stage=policy_kernel.stage, _pk_schedule=policy_kernel.schedule_k,
+        _pk_drafts=policy_kernel.drafts_next,
         _pk_draft=policy_lookahead.draft_proposed, _pk_observe=policy_kernel.observe,
     )  # fmt: skip
     # The evaluator inlined into the loop, not called: the step's cost at 0.39 us a step

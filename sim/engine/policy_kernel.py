@@ -270,6 +270,15 @@ def observe(
         ints[_SINCE] = min(staged[_S_SINCE] + 1, ints[_INTERVAL])
 
 
+def drafts_next(ints: IntArray, batch_size: int) -> bool:
+    """Whether the policy may give a row drafts at the next verify step, ``batch_size`` the
+    running sequences after scheduling: not ``disable-above-batch`` above its batch size (nor
+    at k = 0), so the step gathers no drafting work (every other policy may)."""
+    if ints[_KIND] == DISABLE:
+        return ints[_K] > 0 and batch_size <= ints[_MAX_BATCH]
+    return True
+
+
 def stage(ints: IntArray, staged: IntArray) -> None:
     """Start a step's staged state from the policy's."""
     staged[_S_ACTIVE] = ints[_ACTIVE]
@@ -280,5 +289,5 @@ def stage(ints: IntArray, staged: IntArray) -> None:
 #: Every kernel, for :func:`sim.engine.loop_kernel.compiled` to compile.
 KERNELS: tuple[Callable[..., Any], ...] = (
     acc_len, acc_len_at, _slot_of, _slot_after, _holds_for, _best_k,
-    _gather, schedule_k, observe, stage,
+    _gather, schedule_k, observe, drafts_next, stage,
 )  # fmt: skip
