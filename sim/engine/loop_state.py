@@ -69,6 +69,16 @@ NUM_INTS = 12
 _MAX_SEQS, _BUDGET, _CHUNKED, _EXTRA, _BLOCK, _BLOCKS = range(6)
 _PLAN, _SPECULATIVE, _MAX_STEPS, _CLOSED = range(6, 10)
 
+
+def config(cfg: Any) -> tuple[int, int, bool, int, int, int, bool, bool, int, bool]:
+    """The configuration's slots: the most sequences, the token budget, chunked prefill, the
+    extra tokens of a decode, the block size, the pool's blocks, whether a plan, whether
+    speculative, the most steps a call, whether a closed loop."""
+    return (cfg[_MAX_SEQS], cfg[_BUDGET], cfg[_CHUNKED] != 0, cfg[_EXTRA], cfg[_BLOCK],
+            cfg[_BLOCKS], cfg[_PLAN] != 0, cfg[_SPECULATIVE] != 0, cfg[_MAX_STEPS],
+            cfg[_CLOSED] != 0)  # fmt: skip
+
+
 # Rows of a step's integer buffer (step_buffers): the request, the tokens it takes, drafts
 # proposed and accepted, computed tokens, blocks needed, its place in running, the preemption
 # victims, tokens emitted, computed tokens after the step, acc_len - 1 read at its position
