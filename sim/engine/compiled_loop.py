@@ -39,7 +39,8 @@ from numpy.typing import NDArray
 from sim.engine import policy_kernel, policy_state
 from sim.engine.cost_eval import DRAFT_GIVEN
 from sim.engine.drafter import StepPlan
-from sim.engine.loop_kernel import (
+from sim.engine.loop_kernel import compiled
+from sim.engine.loop_state import (
     _CLOSED,
     _FINISHED_N,
     _FREE,
@@ -58,8 +59,9 @@ from sim.engine.loop_kernel import (
     FULL,
     INT_COLUMNS,
     MISSING,
+    NUM_INTS,
     PYTHON,
-    compiled,
+    step_buffers,
 )
 
 if TYPE_CHECKING:
@@ -139,6 +141,7 @@ class CompiledLoop:
         self._itl_values = np.zeros(num_itl, dtype=np.float64)
         self._itl_at = np.zeros(num_itl, dtype=np.float64)
         self._missing = np.zeros((3, 2 + len(lowered._levels)), dtype=np.float64)
+        self._buffers = step_buffers(cfg.max_num_seqs)
         self._policy = policy
         if policy is None:
             self._no_policy = no_policy()
@@ -209,6 +212,7 @@ class CompiledLoop:
                 self._itl_at,
                 self._missing,
                 self._no_policy if policy is None else policy.arrays(),
+                self._buffers,
             )
             if policy is not None:
                 policy.hand_back()
@@ -240,7 +244,7 @@ class CompiledLoop:
         )
         num_running = len(s.running)
         self._running[:num_running] = s.running
-        ints = np.zeros(12, dtype=np.int64)
+        ints = np.zeros(NUM_INTS, dtype=np.int64)
         ints[_FREE], ints[_STEPS], ints[_NEXT] = core.kv.num_free, core.num_steps, arrivals._next
         ints[_QHEAD], ints[_QTAIL] = front, front + num_waiting
         ints[_RUNNING_N] = num_running
@@ -319,7 +323,7 @@ def no_policy() -> tuple[np.ndarray, ...]:
     f1, i1 = np.zeros(1), np.zeros(1, dtype=np.int64)
     f2, i2 = np.zeros((1, 1)), np.zeros((1, 1), dtype=np.int64)
     return (np.zeros(13, dtype=np.int64), f1, np.zeros(3, dtype=np.int64), i2, i2, f2, f2,
-            np.zeros((1, 1, 1, 1)), f2, np.zeros(1, dtype=np.uint8), i1)  # fmt: skip
+            np.zeros((1, 1, 1, 1)), f2, np.zeros(1, dtype=np.uint8), i1, i2)  # fmt: skip
 
 
 def load() -> bool:

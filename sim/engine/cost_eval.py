@@ -139,7 +139,8 @@ def evaluate(
             missing[2, num_missing] = key[2]
             num_missing += 1
         draft = 0.0
-        if draft_form == DRAFT_NETWORKS:
+        # A step that drafts nothing costs nothing to draft (as below): its forwards unpriced.
+        if draft_form == DRAFT_NETWORKS and draft_seqs_i[j] > 0 and draft_proposed_i[j] > 0:
             # EagleStrategy.draft_time_s: a catch-up forward of the first network, then one
             # forward of the later network per tree level (NetworkCost.forward_s each).
             seqs = float(draft_seqs_i[j])

@@ -50,8 +50,6 @@ from numpy.typing import NDArray
 from sim.cost_model import StepCostModel, StepShape
 from sim.engine import cost_eval, cost_sharing
 from sim.engine.cost_eval import (
-    ATTENTION_KERNELS,
-    ATTENTION_ROOFLINE,
     DRAFT_GIVEN,
     DRAFT_NONE,
     FIRST_NET,
@@ -60,6 +58,7 @@ from sim.engine.cost_eval import (
     ROWS,
 )
 from sim.engine.cost_grids import fill_blocks, no_grid, within, zero_grid
+from sim.engine.cost_params import step_terms
 from sim.engine.cost_terms import (
     _branch_prefix_reads,
     _chain_by_k,
@@ -98,10 +97,6 @@ class LoweredCost:
         self._num_stored = 0
         self._new_table(1 << 10)
         self._linear_grid, self._allreduce_grid = self._grids(max_tokens, max_logits)
-        host = cost_model.host
-        costs = cost_model.host_costs
-        kernels = cost_model._kernels
-        measured_attention = kernels is not None and kernels.prices_attention
         networks: list[Any] = []
         draft_form, draft = DRAFT_NONE, (0.0, 0.0, 0.0)
         # A policy's chains: priced as the longest chain's strategy, its levels cut per step.
@@ -123,57 +118,7 @@ class LoweredCost:
             # The later network's spare term: each node reads its prefix KV itself.
             self._nets[NET_TERMS + 5] = 1.0 if _branch_prefix_reads(source) else 0.0
         self._first_grid, self._later_grid = self._network_grids(max_tokens, max_seqs)
-        c = np.zeros(30, dtype=np.float64)
-        tree = kernels._tree if measured_attention and kernels is not None else None
-        if tree is not None:
-            # The masked kernel of a tree's verify steps (KernelCosts.attention_s).
-            c[25], c[26] = tree.compute.floor_s, tree.compute.per_token_head_s
-            c[27] = tree.compute.flops * tree.compute.bf16_dense_flops
-            c[28], c[29] = tree.mask_read_s_per_pair, tree.mask_build_s_per_pair
-        if measured_attention:
-            assert kernels is not None
-            dec, pre = kernels._decode, kernels._prefill
-            assert dec is not None and pre is not None
-            c[0], c[1], c[2] = kernels._kv_heads, kernels._head_dim, dec.kv_bytes_per_element
-            c[3], c[4] = dec.floor_s, dec.per_seq_kv_head_s
-            c[5] = dec.bandwidth * dec.hbm_bandwidth_bytes_per_s
-            c[6], c[7], c[8] = pre.floor_s, kernels._heads, pre.per_token_head_s
-            c[9] = 4.0 * kernels._heads * kernels._head_dim
-            c[10] = pre.flops * pre.bf16_dense_flops
-        c[11], c[12], c[13] = (
-            cost_model._kv_s_per_token,
-            cost_model._window_kv_s_per_token,
-            cost_model._window,
-        )
-        c[14], c[15] = cost_model._attention_s_per_pair, cost_model._prefill_s_per_pair
-        c[16] = cost_model._sampling_s_per_logit
-        c[17] = host._eager_launch_s
-        c[18] = costs.per_sequence_overhead_s + (
-            costs.spec_per_sequence_overhead_s if cost_model.speculative else 0
-        )
-        c[19] = costs.per_token_overhead_s
-        c[20] = costs.step_overhead_s
-        c[21] = host.num_layers * costs.per_layer_overhead_s
-        c[22], c[23], c[24] = draft
-        self._c = c
-        self._sizes = np.asarray(host._sizes, dtype=np.int64)
-        self._flags = np.array(
-            [
-                costs.cuda_graph_counts_sequences,
-                costs.cuda_graph_padding,
-                costs.cuda_graph_mixed_steps,
-                costs.cuda_graph_max_tokens,
-                costs.verify_batch_expansion,
-                ATTENTION_KERNELS if measured_attention else ATTENTION_ROOFLINE,
-                bool(cost_model._window),
-                cost_model._prefill_s_per_pair != cost_model._attention_s_per_pair,
-                cost_model.cpu_overlap,
-                draft_form,
-                kernels.num_layers if measured_attention and kernels is not None else 0,
-                tree is not None,
-            ],
-            dtype=np.int64,
-        )
+        self._c, self._sizes, self._flags = step_terms(cost_model, draft_form, draft)
         self.draft_form = draft_form
 
     def durations(

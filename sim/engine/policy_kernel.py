@@ -2,8 +2,9 @@
 
 On the Python path :class:`~sim.acceptance.policies.AdaptivePlan` answers three queries a step:
 the scheduler's (each running row's k at its verify step), the drafting's (the next verify
-step's k, one step ahead, on a copy of a learning policy where its choice may move) and the step
-applied (``observe``). :func:`schedule_k`, :func:`draft_proposed` and :func:`observe` do the same
+step's k, one step ahead, on a copy of a learning policy where its choice may move:
+:mod:`sim.engine.policy_lookahead`) and the step applied (``observe``). :func:`schedule_k`,
+:func:`~sim.engine.policy_lookahead.draft_proposed` and :func:`observe` do the same
 with the same arithmetic on the policy's state in arrays
 (:class:`~sim.engine.policy_state.LoweredPolicy`, which says what is covered), reading acceptance
 as ``PositionAcceptance.at`` does, so :mod:`sim.engine.loop_kernel` gives the Python path's
@@ -65,6 +66,18 @@ def acc_len(values: Any, offsets: IntArray, r: int, position: int) -> int:
     if position >= length:  # a trace shorter than the request wraps (positions are >= 0)
         position = position % length
     return int(values[start + position])
+
+
+def acc_len_at(values: Any, offsets: IntArray, cache: IntArray, r: int, position: int) -> int:
+    """:func:`acc_len`, kept per request: ``cache[r]`` holds the position last read and its
+    value, so the scheduler's read of a row's position, after the drafting's look-ahead of the
+    step before read it, costs no second look-up (the value of a position never changes)."""
+    if cache[r, 0] == position:
+        return int(cache[r, 1])
+    value = acc_len(values, offsets, r, position)
+    cache[r, 0] = position
+    cache[r, 1] = value
+    return value
 
 
 def _slot_of(slots: IntArray, num_slots: int, batch_size: int) -> int:
@@ -213,148 +226,6 @@ def schedule_k(
     return 0
 
 
-def draft_proposed(
-    ints: IntArray,
-    floats: FloatArray,
-    staged: IntArray,
-    slots: IntArray,
-    slot_steps: IntArray,
-    slot_floats: FloatArray,
-    ema: FloatArray,
-    table: FloatArray,
-    scratch: FloatArray,
-    values: Any,
-    offsets: IntArray,
-    ids: IntArray,
-    is_dec: Any,
-    drafting: Any,
-    here: IntArray,
-    n: int,
-    batch_size: int,
-    num_decode: int,
-    drafting_dec: int,
-    drafting_new: int,
-    num_emitted: IntArray,
-    output: IntArray,
-    num_computed: IntArray,
-) -> int:
-    """The drafts of the next verify step summed over the drafting rows, as the step's drafting
-    asks them (AdaptivePlan.lookup one step ahead of the decoding rows, ``batch_size`` the
-    running sequences after scheduling); -1 when a step time is missing. ``num_decode`` of the
-    ``n`` rows decode; ``drafting_dec`` decoding and ``drafting_new`` other rows draft;
-    ``here``: each row's ``acc_len - 1`` at its position where the scheduler read it, else -1.
-    A policy whose next k is one for every row of a kind costs no pass over the rows."""
-    kind = ints[_KIND]
-    k_max = ints[_K_MAX]
-    if kind == DISABLE:
-        k = int(ints[_K]) if batch_size <= ints[_MAX_BATCH] else 0
-        return k * (drafting_dec + drafting_new)
-    if kind == ORACLE:
-        total = 0
-        for j in range(n):
-            if drafting[j]:
-                r = ids[j]
-                emitted = num_emitted[r]
-                k = here[j]
-                if k < 0:
-                    k = acc_len(values, offsets, r, max(emitted - 1, 0)) - 1
-                k = min(k, k_max)
-                if is_dec[j]:
-                    k = min(acc_len(values, offsets, r, emitted - 1 + k + 1) - 1, k_max)
-                total += k
-        return total
-    if kind == SGLANG:
-        num_slots = ints[_NUM_SLOTS]
-        active = _slot_of(slots, num_slots, n)
-        staged[_S_ACTIVE] = active
-        k = int(slots[active, _STEPS])
-        k_next = k
-        if (
-            num_decode > 0
-            and k > 0
-            and _holds_for(slots[active, _COUNT], ints[_WARMUP], ints[_INTERVAL]) < 2
-        ):
-            # A copy of the policy observes this step as planned, then chooses.
-            accepted = 0
-            for j in range(n):
-                if is_dec[j]:
-                    a = here[j]
-                    if a < 0:
-                        a = acc_len(values, offsets, ids[j], num_emitted[ids[j]] - 1) - 1
-                    accepted += min(a, k)
-            if _slot_of(slots, num_slots, num_decode) == active:
-                k_next = _slot_after(
-                    ints, floats, slots, slot_steps, slot_floats, active, num_decode, accepted
-                )[2]
-        return k_next * drafting_dec + k * drafting_new
-    if kind == GOODPUT:
-        interval = ints[_INTERVAL]
-        since = staged[_S_SINCE]
-        if since >= interval:
-            context = _gather(ema, scratch, ids, n, num_computed)
-            best = _best_k(ints, table, scratch, n, batch_size, context)
-            if best < 0:
-                return -1
-            staged[_S_CURRENT] = best
-            staged[_S_SINCE] = 0
-            since = 0
-        k = int(staged[_S_CURRENT])
-        if num_decode == 0:
-            return k * drafting_new
-        if max(1, interval - since) >= 2 or min(since + 1, interval) < interval:
-            # The copy would not decide at the next step: its k holds for every decoding row
-            # that drafts and still runs then.
-            if k == 0:
-                return 0
-            live = 0
-            for j in range(n):
-                if is_dec[j] and drafting[j]:
-                    r = ids[j]
-                    emitted = num_emitted[r]
-                    a = here[j]
-                    if a < 0:
-                        a = acc_len(values, offsets, r, emitted - 1) - 1
-                    moved = min(a, k) + 1
-                    if moved < output[r] - emitted:
-                        live += 1
-            return k * (drafting_new + live)
-        # The copy decides at the next step, over the rows still running then (the finishing
-        # ones gone), their EMAs as it learnt this step (a decoding row that drafted), their
-        # cached tokens then; the decoding rows that draft and still run then draft its k.
-        alpha = floats[0]
-        m = 0
-        context = 0
-        live = 0
-        for j in range(n):
-            r = ids[j]
-            moved = 0
-            a = 0
-            if is_dec[j]:
-                a = here[j]
-                if a < 0:
-                    a = acc_len(values, offsets, r, num_emitted[r] - 1) - 1
-                a = min(a, k)
-                moved = a + 1
-                if moved >= output[r] - num_emitted[r]:
-                    continue
-                if drafting[j]:
-                    live += 1
-            accepted_ema = ema[0, r]
-            tried_ema = ema[1, r]
-            if is_dec[j] and k > 0:
-                accepted_ema = accepted_ema + (a - accepted_ema) * alpha
-                tried_ema = tried_ema + (min(a + 1, k) - tried_ema) * alpha
-            scratch[0, m] = accepted_ema
-            scratch[1, m] = tried_ema
-            context += num_computed[r] + moved
-            m += 1
-        k_next = _best_k(ints, table, scratch, m, batch_size - (n - m), context)
-        if k_next < 0:
-            return -1
-        return k * drafting_new + k_next * live
-    return 0
-
-
 def observe(
     ints: IntArray,
     floats: FloatArray,
@@ -399,6 +270,15 @@ def observe(
         ints[_SINCE] = min(staged[_S_SINCE] + 1, ints[_INTERVAL])
 
 
+def drafts_next(ints: IntArray, batch_size: int) -> bool:
+    """Whether the policy may give a row drafts at the next verify step, ``batch_size`` the
+    running sequences after scheduling: not ``disable-above-batch`` above its batch size (nor
+    at k = 0), so the step gathers no drafting work (every other policy may)."""
+    if ints[_KIND] == DISABLE:
+        return ints[_K] > 0 and batch_size <= ints[_MAX_BATCH]
+    return True
+
+
 def stage(ints: IntArray, staged: IntArray) -> None:
     """Start a step's staged state from the policy's."""
     staged[_S_ACTIVE] = ints[_ACTIVE]
@@ -408,6 +288,6 @@ def stage(ints: IntArray, staged: IntArray) -> None:
 
 #: Every kernel, for :func:`sim.engine.loop_kernel.compiled` to compile.
 KERNELS: tuple[Callable[..., Any], ...] = (
-    acc_len, _slot_of, _slot_after, _holds_for, _best_k,
-    _gather, schedule_k, draft_proposed, observe, stage,
+    acc_len, acc_len_at, _slot_of, _slot_after, _holds_for, _best_k,
+    _gather, schedule_k, observe, drafts_next, stage,
 )  # fmt: skip

@@ -79,6 +79,9 @@ class LoweredPolicy:
         bins = max_context // _BIN_TOKENS + 2 if self.kind == GOODPUT else 1
         rows = max_num_seqs + 1 if self.kind == GOODPUT else 1
         self.table = np.full((rows, bins, 2, plan.k_max + 1), np.nan)
+        # The oracle's acc_len per request: the position last read, its value (-1: none).
+        requests = len(plan.acceptance.offsets) - 1 if self.kind == ORACLE else 1
+        self.acc_cache = np.full((requests, 2), -1, dtype=np.int64)
 
     def arrays(self) -> tuple[Any, ...]:
         """What the loop takes (in this order)."""
@@ -95,6 +98,7 @@ class LoweredPolicy:
             self.scratch,
             acceptance.values,
             acceptance.offsets,
+            self.acc_cache,
         )
 
     def take_over(self) -> None:

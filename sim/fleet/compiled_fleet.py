@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sim.engine import compiled_loop, loop_kernel
+from sim.engine import compiled_loop, loop_kernel, loop_state
 from sim.engine.cost_eval import DRAFT_GIVEN
 from sim.engine.drafter import StepPlan
-from sim.engine.loop_kernel import (
+from sim.engine.loop_state import (
     _FREE,
     _QHEAD,
     _QTAIL,
@@ -141,7 +141,7 @@ def run(
     plan_dtype = plan.proposed.dtype if len(plan.proposed) else np.int16
     g_proposed = plan.proposed if len(plan.proposed) else np.zeros(1, dtype=plan_dtype)
     g_accepted = plan.accepted if len(plan.accepted) else np.zeros(1, dtype=plan_dtype)
-    ints = np.zeros((num, 12), dtype=np.int64)
+    ints = np.zeros((num, loop_state.NUM_INTS), dtype=np.int64)
     ints[:, _FREE] = core.kv.num_free
     ints[:, _QHEAD] = ints[:, _QTAIL] = front
     cfg = compiled_loop.loop_config(core, STEPS_PER_CALL)
@@ -176,6 +176,7 @@ def run(
     )
     missing = np.zeros((3, 2 + len(lowered._levels)))
     no_policy = compiled_loop.no_policy()
+    buffers = loop_state.step_buffers(max_seqs)
     while True:
         status = driver(
             times, order, core.requests.prompt_tokens, core.requests.output_tokens,
@@ -183,7 +184,7 @@ def run(
             *state_arrays.values(), cfg,
             (lowered._levels, lowered._levels_by_k, lowered._fixed_by_k, lowered._nets,
              lowered._sizes, lowered._flags, lowered._c, *lowered._stores()),
-            *scratch, missing, no_policy, np.zeros(1), np.zeros(1, dtype=np.int64),
+            *scratch, missing, no_policy, buffers, np.zeros(1), np.zeros(1, dtype=np.int64),
             acc_f, acc_i, acc_itl, filled, routed, finished, late, live, num_live, assign,
         )  # fmt: skip
         if status == MISSING:

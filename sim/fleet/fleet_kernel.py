@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sim.engine import loop_kernel
-from sim.engine.loop_kernel import (
+from sim.engine.loop_state import (
     _FINISHED_N,
     _ITL,
     _MISSING,
@@ -93,6 +93,7 @@ def _driver(stamp: int) -> Callable[..., int]:
         itl_at: FloatArray,
         missing: FloatArray,
         policy: tuple[Any, ...],
+        buffers: tuple[Any, ...],
         closed_f: FloatArray,
         closed_i: IntArray,
         acc_f: FloatArray,
@@ -155,7 +156,7 @@ def _driver(stamp: int) -> Callable[..., int]:
                         offsets[c], proposed[c], accepted[c],
                         r_times[c, :m], r_times[c, :m], closed_f, closed_f, closed_i, closed_i,
                         closed_f, closed_f, closed_f, queue[c], running[c], ints[c], clock[c],
-                        cfg, cost, rec_f, rec_i, itl_values, itl_at, missing, policy,
+                        cfg, cost, rec_f, rec_i, itl_values, itl_at, missing, policy, buffers,
                     )  # fmt: skip
                     count = ints[c, _RECORDS]
                     at = filled[c, 0]
