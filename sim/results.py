@@ -66,11 +66,16 @@ def request_columns(
     columns = {name: np.asarray(column[start:stop]) for name, column in result.requests.items()}
     count = len(next(iter(columns.values()))) if columns else 0
     arrival = columns["arrival_at_s"]
+    # The recorded times may be inf (a request not served) or NaN; where both sides are inf the
+    # latency is NaN, as pandas' own subtraction gives it, without numpy's warning.
+    with np.errstate(invalid="ignore"):
+        ttft = columns["first_token_at_s"] - arrival
+        e2e = columns["finished_at_s"] - arrival
     return {
         "request_id": np.arange(start, start + count),
         **columns,
-        "ttft_s": columns["first_token_at_s"] - arrival,
-        "e2e_latency_s": columns["finished_at_s"] - arrival,
+        "ttft_s": ttft,
+        "e2e_latency_s": e2e,
     }
 
 
