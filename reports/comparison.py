@@ -95,7 +95,7 @@ ARM_SHORTCUTS = {
     "tau": "acceptance.mean_acceptance_length",
     "profile": "acceptance.profile",
     "trace": "acceptance.trace",
-    "adaptive": "policy.name",  # a per-step policy with its defaults (sim/acceptance/policies/)
+    "adaptive": "policy.name",  # a per-step policy with its defaults (sim/engine/policies/)
 }
 #: Acceptance keys that name its source: an arm that gives one replaces the scenario's source.
 _ACCEPTANCE_SOURCES = ("alpha", "per_position", "mean_acceptance_length", "trace", "profile")

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from sim.acceptance.policies import AdaptiveDrafter, AdaptivePlan
 from sim.build_adaptive import adaptive_drafter, adaptive_plan, is_fixed_at_configured_k
 from sim.calibrated_profiles import load_engine_profile
 from sim.catalogue import Model, get_gpu, get_model
@@ -24,6 +23,7 @@ from sim.engine.drafter import StepPlan
 from sim.engine.kv_cache import BlockManager, blocks_for
 from sim.engine.memory import MemoryPlan, plan_memory, window_pool_max_seqs
 from sim.engine.node import ArrivalSchedule
+from sim.engine.policies import AdaptiveDrafter, AdaptivePlan
 from sim.engine.prefix_cache import PrefixStructure
 from sim.engine.presets import EnginePreset
 from sim.engine.queues import SchedulerConfig

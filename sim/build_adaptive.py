@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sim.acceptance.policies import (
+from sim.acceptance.traces import TraceReplayModel
+from sim.catalogue import Model
+from sim.cost_model import StepCostModel
+from sim.drafting import Strategy, build_strategy
+from sim.engine.drafter import StepPlan
+from sim.engine.policies import (
     ADAPTIVE_METHODS,
     AdaptiveDrafter,
     AdaptivePlan,
@@ -20,11 +25,6 @@ from sim.acceptance.policies import (
     check_policy_support,
     cost_model_step_time,
 )
-from sim.acceptance.traces import TraceReplayModel
-from sim.catalogue import Model
-from sim.cost_model import StepCostModel
-from sim.drafting import Strategy, build_strategy
-from sim.engine.drafter import StepPlan
 from sim.engine.presets import get_preset
 from sim.errors import ScenarioError
 from sim.random_streams import RandomStreams

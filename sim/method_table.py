@@ -104,7 +104,7 @@ class MethodFacts:
     ``SpeculativeConfig.use_eagle()``: eagle, eagle3, mtp in vllm/config/speculative.py; EAGLE-2
     trees run as eagle there).
     ``adaptive_k``: it drafts a chain one token per draft forward, so a per-step policy
-    (``speculation.policy``, :mod:`sim.acceptance.policies`) may change the chain's length.
+    (``speculation.policy``, :mod:`sim.engine.policies`) may change the chain's length.
     ``proposes_on_match``: it drafts by looking the context up and proposes nothing where the
     lookup finds no match (``speculation.acceptance.ngram_match_rate`` applies).
     ``trace_field``: the field of the shipped Llama-3.1-8B traces that measured its acceptance

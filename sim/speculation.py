@@ -121,7 +121,7 @@ class TreeConfig(BaseModel):
 
 
 class PolicyConfig(BaseModel):
-    """How many drafts each verify step carries, chosen per step (:mod:`sim.acceptance.policies`):
+    """How many drafts each verify step carries, chosen per step (:mod:`sim.engine.policies`):
     ``name`` one of its policies, ``params`` that policy's settings."""
 
     model_config = _STRICT
@@ -131,7 +131,7 @@ class PolicyConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _known_policy(cls, value: str) -> str:
-        from sim.acceptance.policies import POLICY_NAMES
+        from sim.engine.policies import POLICY_NAMES
 
         if value not in POLICY_NAMES:
             raise ValueError(f"unknown policy {value!r}; known: {', '.join(POLICY_NAMES)}")

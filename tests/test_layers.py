@@ -64,6 +64,22 @@ def test_no_package_imports_a_layer_above_it(package: str) -> None:
     assert _violations(package) == []
 
 
+def test_acceptance_models_import_nothing_from_the_engine() -> None:
+    # Inside ``sim`` the engine builds on the acceptance models (``sim.engine.drafter`` imports
+    # ``sim.acceptance.plan``); the per-step policies that choose k are engine step decisions and
+    # live in ``sim.engine.policies``. An import back from ``sim.acceptance`` would make the two
+    # packages import each other again.
+    package = ROOT / "sim" / "acceptance"
+    assert (package / "__init__.py").is_file()
+    rows = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in sorted(package.rglob("*.py"))
+        for module in sorted(imported_modules(path, _module_name(path)))
+        if module == "sim.engine" or module.startswith("sim.engine.")
+    ]
+    assert rows == []
+
+
 def test_the_walk_sees_imports_inside_functions_and_relative_ones(tmp_path: Path) -> None:
     # The check above is only as good as this reader: it must find what a lazy import hides.
     source = tmp_path / "probe.py"

@@ -82,7 +82,7 @@ def evaluate(
     :class:`LoweredCost`'s parameters. ``levels_by_k`` and ``fixed_by_k``: for a chain whose
     length a policy chooses per step, the later forwards and the fixed drafting seconds of a
     chain of k drafts (index k; a step drafts ``ceil(proposed / sequences)``, as
-    :class:`~sim.acceptance.policies.AdaptiveDrafter` costs it); empty otherwise."""
+    :class:`~sim.engine.policies.AdaptiveDrafter` costs it); empty otherwise."""
     counts_sequences, padding, mixed, max_tokens = flags[0], flags[1], flags[2], flags[3]
     expansion, attention_form, window_on, prefill_differs = flags[4], flags[5], flags[6], flags[7]
     overlap, draft_form, num_layers, tree_mask = flags[8], flags[9], flags[10], flags[11]

@@ -82,7 +82,7 @@ def _branch_prefix_reads(drafter: Any) -> bool:
 
 def _chain_by_k(drafter: Any) -> tuple[Any, list[int], list[float]] | None:
     """For a drafter whose chain length a policy chooses per step
-    (:class:`~sim.acceptance.policies.AdaptiveDrafter`) over EAGLE-family chains that share
+    (:class:`~sim.engine.policies.AdaptiveDrafter`) over EAGLE-family chains that share
     their networks and overheads: the longest chain's strategy, and per k (index k, 0 unused)
     the later forwards and the fixed drafting seconds of a chain of k drafts, whose levels are
     the first of the longest's. None for any other drafter (it prices itself)."""

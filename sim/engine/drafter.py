@@ -66,7 +66,7 @@ class StepPlan(AcceptancePlan):
     copy of them: :meth:`of` views a drawn plan without copying its arrays.
     """
 
-    #: Whether a policy chooses the drafts step by step (:mod:`sim.acceptance.policies`).
+    #: Whether a policy chooses the drafts step by step (:mod:`sim.engine.policies`).
     adaptive = False
     #: Whether the choice depends on the batch size (a stretch then stops at a finish).
     batch_dependent = False

@@ -1,6 +1,6 @@
 """Per-step speculation policies inside the compiled loop.
 
-On the Python path :class:`~sim.acceptance.policies.AdaptivePlan` answers three queries a step:
+On the Python path :class:`~sim.engine.policies.AdaptivePlan` answers three queries a step:
 the scheduler's (each running row's k at its verify step), the drafting's (the next verify
 step's k, one step ahead, on a copy of a learning policy where its choice may move:
 :mod:`sim.engine.policy_lookahead`) and the step applied (``observe``). :func:`schedule_k`,

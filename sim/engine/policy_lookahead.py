@@ -1,7 +1,7 @@
 """The drafting's look-ahead of a per-step policy inside the compiled loop.
 
 After a step is scheduled, its drafting proposes the next verify step's drafts: on the Python
-path :meth:`AdaptivePlan.lookup <sim.acceptance.policies.AdaptivePlan.lookup>` asks the policy
+path :meth:`AdaptivePlan.lookup <sim.engine.policies.AdaptivePlan.lookup>` asks the policy
 one step ahead of the decoding rows (their positions moved on by this step's emission, a
 learning policy's copy taught this step where its choice may move). :func:`draft_proposed`
 answers with the same arithmetic on the policy's arrays (:mod:`sim.engine.policy_kernel`, whose

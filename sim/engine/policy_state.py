@@ -5,7 +5,7 @@ Covered: ``disable-above-batch``, ``oracle``, ``sglang-ema`` (its slots and hyst
 policy fills in Python, a context bin at a time as the loop meets them:
 :data:`~sim.engine.policy_kernel.NEED_STEP_TIME`). ``fixed``
 never gets here: the run is built with the fixed-k plan it amounts to
-(:meth:`PositionAcceptance.fixed_plan <sim.acceptance.policies.PositionAcceptance.fixed_plan>`).
+(:meth:`PositionAcceptance.fixed_plan <sim.engine.policies.PositionAcceptance.fixed_plan>`).
 Anything else (another policy class, a step time that is not tabulated) keeps the Python path:
 :func:`lower` returns None.
 
@@ -19,6 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from sim.engine.policies import (
+    DisableAboveBatchPolicy,
+    GoodputPolicy,
+    OraclePolicy,
+    SglangEmaPolicy,
+    TabulatedStepTime,
+)
+from sim.engine.policies.goodput import CONTEXT_BIN_TOKENS
 from sim.engine.policy_kernel import (
     _ACTIVE,
     _BIN_TOKENS,
@@ -47,7 +55,7 @@ from sim.engine.policy_kernel import (
 
 
 class LoweredPolicy:
-    """An :class:`~sim.acceptance.policies.AdaptivePlan`'s policy as the loop's arrays: taken
+    """An :class:`~sim.engine.policies.AdaptivePlan`'s policy as the loop's arrays: taken
     from the policy before each call of the loop (:meth:`take_over`) and given back after it
     (:meth:`hand_back`), so the Python path goes on from where the loop left it. Build with
     :func:`lower`."""
@@ -165,15 +173,6 @@ class LoweredPolicy:
 
 
 def _kind_of(policy: Any) -> int:
-    from sim.acceptance.policies import (
-        DisableAboveBatchPolicy,
-        GoodputPolicy,
-        OraclePolicy,
-        SglangEmaPolicy,
-        TabulatedStepTime,
-    )
-    from sim.acceptance.policies.goodput import CONTEXT_BIN_TOKENS
-
     kind = type(policy)
     if kind is DisableAboveBatchPolicy:
         return DISABLE

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sim.acceptance.models import ConstantAlphaModel
-from sim.acceptance.policies import GoodputPolicy, PositionAcceptance, SglangEmaPolicy, build_policy
 from sim.acceptance.traces import TraceReplayModel, TraceSet
+from sim.engine.policies import GoodputPolicy, PositionAcceptance, SglangEmaPolicy, build_policy
 from sim.errors import ScenarioError
 from sim.run import build_simulation, execute
 from sim.scenario import validate_document
@@ -148,7 +148,7 @@ def test_sglang_batch_slots_learn_apart() -> None:
     # ema = 4 * 0.8^n falls to 0.22 <= 1 - 0.5 - 0.25 at n = 13: the slot drops to 1.
     for _ in range(13):
         policy.observe(np.arange(4), small, 0 * small)
-    from sim.acceptance.policies import BatchView
+    from sim.engine.policies import BatchView
 
     def view(b: int) -> BatchView:
         zeros = np.zeros(b, dtype=np.int64)
@@ -166,7 +166,7 @@ def test_goodput_policy_turns_speculation_off_when_drafts_are_rejected() -> None
         return 1.0 + 0.01 * b * (1 + k) + np.where(k > 0, 0.4, 0.0)
 
     policy = GoodputPolicy(4, 8, step_time, prior_alpha=0.9)
-    from sim.acceptance.policies import BatchView
+    from sim.engine.policies import BatchView
 
     ids = np.arange(8)
     view = BatchView(8, ids, np.zeros(8, np.int64), np.zeros(8, np.int64), np.ones(8, np.int64))

@@ -15,7 +15,8 @@ import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from sim.acceptance.policies import (
+from sim.engine.core import EngineCore
+from sim.engine.policies import (
     AdaptivePlan,
     DisableAboveBatchPolicy,
     GoodputPolicy,
@@ -25,7 +26,6 @@ from sim.acceptance.policies import (
     SpeculationPolicy,
     TabulatedStepTime,
 )
-from sim.engine.core import EngineCore
 
 from .harness import EngineSetup, Monitor, build_core, check_finished, drive_node, record_of
 from .strategies import engine_setups

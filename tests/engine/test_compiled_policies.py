@@ -2,7 +2,7 @@
 
 :mod:`sim.engine.policy_kernel` runs a policy's per-step decisions (the scheduler's query, the
 drafting's query one step ahead, what it learns from the step applied) inside the compiled loop
-of :mod:`sim.engine.loop_kernel`; :class:`~sim.acceptance.policies.AdaptivePlan` on the Python
+of :mod:`sim.engine.loop_kernel`; :class:`~sim.engine.policies.AdaptivePlan` on the Python
 path is the reference. Over random small nodes (tight pools that preempt, small budgets that cut
 a decode's drafts, policies that change k between steps and, for the oracle, between the
 sequences of one step), every step record, request row and irregular gap must be identical with
@@ -20,15 +20,15 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from sim import build_adaptive
-from sim.acceptance.policies import (
+from sim.engine import compiled_loop, policy_state
+from sim.engine.drafter import StepPlan
+from sim.engine.policies import (
     AdaptivePlan,
     FixedPolicy,
     GoodputPolicy,
     PositionAcceptance,
     TabulatedStepTime,
 )
-from sim.engine import compiled_loop, policy_state
-from sim.engine.drafter import StepPlan
 from sim.run import build_simulation
 from sim.scenario import load_scenario
 

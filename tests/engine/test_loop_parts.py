@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.acceptance.policies import PositionAcceptance
 from sim.engine import loop_kernel, loop_state, policy_kernel, policy_lookahead
+from sim.engine.policies import PositionAcceptance
 from sim.engine.policy_kernel import _K, _K_MAX, _KIND, _MAX_BATCH, _NUM_INTS, DISABLE
 
 pytest.importorskip("numba")

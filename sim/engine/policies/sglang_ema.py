@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.acceptance.policies.base import BatchView, IntArray, SpeculationPolicy, _check_range
+from sim.engine.policies.base import BatchView, IntArray, SpeculationPolicy, _check_range
 from sim.errors import ScenarioError
 
 #: SGLang's defaults (PR #21599, adaptive_spec_params.py).

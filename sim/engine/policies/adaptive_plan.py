@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.acceptance.policies.base import (
+from sim.engine.drafter import DraftWork, StepPlan
+from sim.engine.policies.base import (
     HOLDS_FOREVER,
     BatchView,
     FloatArray,
@@ -18,7 +19,6 @@ from sim.acceptance.policies.base import (
     PositionAcceptance,
     SpeculationPolicy,
 )
-from sim.engine.drafter import DraftWork, StepPlan
 
 
 class AdaptivePlan(StepPlan):

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.acceptance.policies.base import (
+from sim.engine.drafter import DraftWork
+from sim.engine.policies.base import (
     BatchView,
     FloatArray,
     IntArray,
@@ -17,7 +18,6 @@ from sim.acceptance.policies.base import (
     StepTime,
     _check_range,
 )
-from sim.engine.drafter import DraftWork
 from sim.errors import ScenarioError
 
 

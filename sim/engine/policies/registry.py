@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.acceptance.policies.base import SpeculationPolicy, StepTime
-from sim.acceptance.policies.goodput import GoodputPolicy
-from sim.acceptance.policies.sglang_ema import SglangEmaPolicy
-from sim.acceptance.policies.stateless import DisableAboveBatchPolicy, FixedPolicy, OraclePolicy
+from sim.engine.policies.base import SpeculationPolicy, StepTime
+from sim.engine.policies.goodput import GoodputPolicy
+from sim.engine.policies.sglang_ema import SglangEmaPolicy
+from sim.engine.policies.stateless import DisableAboveBatchPolicy, FixedPolicy, OraclePolicy
 from sim.errors import ScenarioError
 
 #: Policy names a scenario can give (``speculation.policy.name``).

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.acceptance.policies.base import BatchView, IntArray, SpeculationPolicy, _check_range
+from sim.engine.policies.base import BatchView, IntArray, SpeculationPolicy, _check_range
 
 
 class FixedPolicy(SpeculationPolicy):

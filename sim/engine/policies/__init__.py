@@ -38,23 +38,23 @@ parameters in :mod:`.registry`, the engine's side in :mod:`.adaptive_plan`):
   what any k-policy saves in wasted drafts; no engine can do it).
 """
 
-from sim.acceptance.policies.adaptive_plan import AdaptiveDrafter, AdaptivePlan
-from sim.acceptance.policies.base import (
+from sim.engine.policies.adaptive_plan import AdaptiveDrafter, AdaptivePlan
+from sim.engine.policies.base import (
     HOLDS_FOREVER,
     BatchView,
     PositionAcceptance,
     SpeculationPolicy,
     StepTime,
 )
-from sim.acceptance.policies.goodput import GoodputPolicy, TabulatedStepTime, cost_model_step_time
-from sim.acceptance.policies.registry import (
+from sim.engine.policies.goodput import GoodputPolicy, TabulatedStepTime, cost_model_step_time
+from sim.engine.policies.registry import (
     POLICY_NAMES,
     POLICY_SUPPORT,
     build_policy,
     check_policy_support,
 )
-from sim.acceptance.policies.sglang_ema import SglangEmaPolicy
-from sim.acceptance.policies.stateless import DisableAboveBatchPolicy, FixedPolicy, OraclePolicy
+from sim.engine.policies.sglang_ema import SglangEmaPolicy
+from sim.engine.policies.stateless import DisableAboveBatchPolicy, FixedPolicy, OraclePolicy
 from sim.speculation import ADAPTIVE_METHODS
 
 __all__ = [
