@@ -110,10 +110,9 @@ def _driver(stamp: int) -> Callable[..., int]:
         """Route ``times`` (request ``order[k]`` arrives at ``times[k]``) from ``drv[_ARRIVAL]``
         on, running the replicas' steps in between; return :data:`DONE` once every replica has
         served its requests, or FLUSH/MISSING/PYTHON to hand over (the state is kept: call again
-        to go on). Replica ``c``'s request columns are rows ``c`` of ``req_i`` (int64:
-        prompt, output, emitted, computed, decode steps, last emit step, cached, drafted,
-        accepted, preemptions, held blocks, logical tokens), ``req_f`` (float: last emit, first
-        token, finished, scheduled, arrival, engine arrival) and ``state``; its plan is
+        to go on). Replica ``c``'s request columns are rows ``c`` of ``req_i`` (the int64 ones),
+        ``req_f`` (the float ones) and ``state``, each kind's rows in the loop's order
+        (:data:`sim.engine.loop_state.REQUEST_COLUMNS`, which the call below follows); its plan is
         ``offsets``/``proposed``/``accepted`` (its requests' segments of the global plan, in
         routed order); its loop state ``queue``/``running``/``ints``/``clock`` as the loop keeps
         a lone node's. Each call's records are copied to ``acc_f``/``acc_i``/``acc_itl`` after
