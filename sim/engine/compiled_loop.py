@@ -164,7 +164,7 @@ class CompiledLoop:
             if policy is not None:
                 policy.take_over()
             status = self._loop(
-                *request_columns(r, kv),
+                request_columns(r, kv),
                 *self._plan,
                 arrivals._times,
                 arrivals.client_at_s,

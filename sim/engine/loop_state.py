@@ -87,6 +87,15 @@ def request_columns(requests: RequestTable, kv: BlockManager) -> tuple[Any, ...]
     return tuple(getattr(owners[owner], name) for owner, name, _ in REQUEST_COLUMNS)
 
 
+def replica_columns(req_i: Any, req_f: Any, state: Any, c: int) -> tuple[Any, ...]:
+    """Replica ``c``'s request columns as the fleet keeps them (the int64 ones as rows of
+    ``req_i[c]``, the float ones of ``req_f[c]``, each kind in :data:`REQUEST_COLUMNS`'s order,
+    the states ``state[c]``), in the loop's order; compiled inline into the fleet's driver."""
+    i, f = req_i[c], req_f[c]
+    return (i[0], i[1], i[2], i[3], i[4], i[5], f[0], f[1], f[2], f[3], i[6], state[c], f[4],
+            f[5], i[7], i[8], i[9], i[10], i[11])  # fmt: skip
+
+
 def cost_arrays(lowered: LoweredCost) -> tuple[Any, ...]:
     """The loop's ``cost`` argument: the lowered cost model's parameters, then its table and
     grids (:meth:`~sim.engine.cost_kernel.LoweredCost._stores`, read at each call: the table's
