@@ -61,25 +61,7 @@ def _loop(stamp: int) -> Callable[..., int]:
     a new loop instead of reusing a stale one."""
 
     def run_steps(
-        prompt: IntArray,
-        output: IntArray,
-        num_emitted: IntArray,
-        num_computed: IntArray,
-        num_decode_steps: IntArray,
-        last_emit_step: IntArray,
-        last_emit_at: FloatArray,
-        first_token_at: FloatArray,
-        finished_at: FloatArray,
-        scheduled_at: FloatArray,
-        num_cached: IntArray,
-        state: NDArray[np.int8],
-        arrival_at: FloatArray,
-        engine_arrival_at: FloatArray,
-        num_drafted: IntArray,
-        num_accepted: IntArray,
-        num_preemptions: IntArray,
-        held: IntArray,
-        logical: IntArray,
+        columns: tuple[Any, ...],
         offsets: IntArray,
         plan_proposed: Any,
         plan_accepted: Any,
@@ -108,9 +90,11 @@ def _loop(stamp: int) -> Callable[..., int]:
     ) -> int:
         """Run steps from the state in ``ints``/``clock``/``running``/the queue until one of
         :data:`DONE`, :data:`FULL`, :data:`PYTHON` or :data:`MISSING` (returned); the state, the
-        request columns and the KV holdings are updated for every step run, and nothing of the step
-        that stopped the loop is. ``clock`` holds the node's clock and the horizon: after its
-        first step the loop starts no step at or after ``clock[1]`` (:data:`FULL`).
+        request columns and the KV holdings (``columns``, as
+        :func:`~sim.engine.loop_state.request_columns` gives them) are updated for every step
+        run, and nothing of the step that stopped the loop is. ``clock`` holds the node's clock
+        and the horizon: after its first step the loop starts no step at or after ``clock[1]``
+        (:data:`FULL`).
 
         The waiting queue is ``queue[ints[_QHEAD]:ints[_QTAIL]]``; arrivals join its end.
         Open loop: the arrivals are ``times`` (sorted), from ``ints[_NEXT]`` on, sent by their
@@ -129,6 +113,11 @@ def _loop(stamp: int) -> Callable[..., int]:
         and the evaluator's inputs (:func:`~sim.engine.loop_state.step_buffers`)."""
         if stamp < 0:
             return PYTHON
+        # The request columns, in loop_state.REQUEST_COLUMNS's order.
+        (prompt, output, num_emitted, num_computed, num_decode_steps, last_emit_step,
+         last_emit_at, first_token_at, finished_at, scheduled_at, num_cached, state, arrival_at,
+         engine_arrival_at, num_drafted, num_accepted, num_preemptions, held,
+         logical) = columns  # fmt: skip
         (max_seqs, max_budget, chunked, extra, block_size, num_blocks, has_plan, speculative,
          max_steps, closed) = _config(cfg)  # fmt: skip
         (pol_ints, pol_floats, staged, slots, slot_steps, slot_floats, pol_ema, pol_table,

@@ -7,11 +7,16 @@ its record columns, and the working arrays of one step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sim.engine.recorder import STEP_COLUMNS
+
+if TYPE_CHECKING:
+    from sim.engine.cost_kernel import LoweredCost
+    from sim.engine.kv_cache import BlockManager
+    from sim.engine.requests import RequestTable
 
 #: What the loop returns: every arrival served; the step records buffer is full; the
 #: next step needs the Python path; the next step's cost needs table entries priced first.
@@ -47,6 +52,57 @@ INT_COLUMNS = (
     "num_regular_itl",
 )
 assert set(FLOAT_COLUMNS + INT_COLUMNS) == set(STEP_COLUMNS)
+
+#: The request columns the loop takes first, in the order of its arguments: each as its owner
+#: (``requests``: the request table, ``kv``: the block manager) and attribute names it, with its
+#: dtype's kind (``i``: int64, ``f``: float64, ``s``: the int8 request state). The lone node's
+#: driver passes the node's own columns (:func:`request_columns`); the fleet's keeps each kind
+#: as rows of one array per replica, in this order (``sim.fleet.compiled_fleet``).
+REQUEST_COLUMNS = (
+    ("requests", "prompt_tokens", "i"),
+    ("requests", "output_tokens", "i"),
+    ("requests", "num_emitted", "i"),
+    ("requests", "num_computed_tokens", "i"),
+    ("requests", "num_decode_steps", "i"),
+    ("requests", "last_emit_step", "i"),
+    ("requests", "last_emit_at_s", "f"),
+    ("requests", "first_token_at_s", "f"),
+    ("requests", "finished_at_s", "f"),
+    ("requests", "scheduled_at_s", "f"),
+    ("requests", "num_cached_tokens", "i"),
+    ("requests", "state", "s"),
+    ("requests", "arrival_at_s", "f"),
+    ("requests", "engine_arrival_at_s", "f"),
+    ("requests", "num_drafted", "i"),
+    ("requests", "num_accepted", "i"),
+    ("requests", "num_preemptions", "i"),
+    ("kv", "held", "i"),
+    ("kv", "logical_tokens", "i"),
+)
+
+
+def request_columns(requests: RequestTable, kv: BlockManager) -> tuple[Any, ...]:
+    """The arrays of :data:`REQUEST_COLUMNS` from ``requests`` and ``kv``, in the loop's order."""
+    owners = {"requests": requests, "kv": kv}
+    return tuple(getattr(owners[owner], name) for owner, name, _ in REQUEST_COLUMNS)
+
+
+def replica_columns(req_i: Any, req_f: Any, state: Any, c: int) -> tuple[Any, ...]:
+    """Replica ``c``'s request columns as the fleet keeps them (the int64 ones as rows of
+    ``req_i[c]``, the float ones of ``req_f[c]``, each kind in :data:`REQUEST_COLUMNS`'s order,
+    the states ``state[c]``), in the loop's order; compiled inline into the fleet's driver."""
+    i, f = req_i[c], req_f[c]
+    return (i[0], i[1], i[2], i[3], i[4], i[5], f[0], f[1], f[2], f[3], i[6], state[c], f[4],
+            f[5], i[7], i[8], i[9], i[10], i[11])  # fmt: skip
+
+
+def cost_arrays(lowered: LoweredCost) -> tuple[Any, ...]:
+    """The loop's ``cost`` argument: the lowered cost model's parameters, then its table and
+    grids (:meth:`~sim.engine.cost_kernel.LoweredCost._stores`, read at each call: the table's
+    arrays are replaced when it grows), as the evaluator takes them after the step's shape."""
+    return (lowered._levels, lowered._levels_by_k, lowered._fixed_by_k, lowered._nets,
+            lowered._sizes, lowered._flags, lowered._c, *lowered._stores())  # fmt: skip
+
 
 # Slots of the loop's integer state.
 (

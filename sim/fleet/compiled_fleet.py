@@ -32,6 +32,7 @@ from sim.engine.loop_state import (
     INT_COLUMNS,
     MISSING,
     PYTHON,
+    REQUEST_COLUMNS,
 )
 from sim.engine.requests import NOT_ARRIVED
 from sim.fleet import fleet_kernel
@@ -44,29 +45,10 @@ ROUTERS = {
     "least_outstanding": fleet_kernel.LEAST_OUTSTANDING,
 }
 
-#: The driver's per-replica request columns (int64 rows, then float rows), as the request table
-#: and the KV pool name them.
-INT_ROWS = (
-    "prompt_tokens",
-    "output_tokens",
-    "num_emitted",
-    "num_computed_tokens",
-    "num_decode_steps",
-    "last_emit_step",
-    "num_cached_tokens",
-    "num_drafted",
-    "num_accepted",
-    "num_preemptions",
-)
-KV_ROWS = ("held", "logical_tokens")
-FLOAT_ROWS = (
-    "last_emit_at_s",
-    "first_token_at_s",
-    "finished_at_s",
-    "scheduled_at_s",
-    "arrival_at_s",
-    "engine_arrival_at_s",
-)
+#: The driver's per-replica request columns, each kind as rows of one array in the loop's order
+#: (:data:`sim.engine.loop_state.REQUEST_COLUMNS`): int64 rows, then float rows, as (owner, name).
+INT_ROWS = tuple((owner, name) for owner, name, kind in REQUEST_COLUMNS if kind == "i")
+FLOAT_ROWS = tuple((owner, name) for owner, name, kind in REQUEST_COLUMNS if kind == "f")
 
 #: Steps one call of the loop runs at most (its records are then copied to the replica's).
 STEPS_PER_CALL = 1 << 10
@@ -133,8 +115,8 @@ def run(
     plan = core.plan
     max_seqs = core.scheduler.config.max_num_seqs
     front = max_seqs + 2
-    req_i = np.zeros((num, len(INT_ROWS) + len(KV_ROWS), n), dtype=np.int64)
-    req_i[:, INT_ROWS.index("last_emit_step")] = -2
+    req_i = np.zeros((num, len(INT_ROWS), n), dtype=np.int64)
+    req_i[:, INT_ROWS.index(("requests", "last_emit_step"))] = -2
     req_f = np.full((num, len(FLOAT_ROWS), n), np.nan)
     state = np.full((num, n), NOT_ARRIVED, dtype=np.int8)
     num_plan = max(len(plan.proposed), 1)
@@ -182,8 +164,7 @@ def run(
             times, order, core.requests.prompt_tokens, core.requests.output_tokens,
             plan.offsets, g_proposed, g_accepted, ROUTERS[policy], rng, drv, req_i, req_f, state,
             *state_arrays.values(), cfg,
-            (lowered._levels, lowered._levels_by_k, lowered._fixed_by_k, lowered._nets,
-             lowered._sizes, lowered._flags, lowered._c, *lowered._stores()),
+            loop_state.cost_arrays(lowered),
             *scratch, missing, no_policy, buffers, np.zeros(1), np.zeros(1, dtype=np.int64),
             acc_f, acc_i, acc_itl, filled, routed, finished, late, live, num_live, assign,
         )  # fmt: skip
@@ -199,12 +180,10 @@ def run(
     for c, replica in enumerate(replicas):
         ids = local_ids[c, : routed[c]]
         own, kv = replica.core, replica.core.kv
-        for row, name in enumerate(INT_ROWS):
-            getattr(own.requests, name)[ids] = req_i[c, row, : len(ids)]
-        for row, name in enumerate(KV_ROWS, start=len(INT_ROWS)):
-            getattr(kv, name)[ids] = req_i[c, row, : len(ids)]
-        for row, name in enumerate(FLOAT_ROWS):
-            getattr(own.requests, name)[ids] = req_f[c, row, : len(ids)]
+        owners = {"requests": own.requests, "kv": kv}
+        for rows, table in ((INT_ROWS, req_i), (FLOAT_ROWS, req_f)):
+            for row, (owner, name) in enumerate(rows):
+                getattr(owners[owner], name)[ids] = table[c, row, : len(ids)]
         own.requests.state[ids] = state[c, : len(ids)]
         kv.num_free = int(ints[c, _FREE])
         own.clock_s = float(clock[c, 0])

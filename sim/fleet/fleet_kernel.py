@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sim.engine import loop_kernel
+from sim.engine import loop_kernel, loop_state
 from sim.engine.loop_state import (
     _FINISHED_N,
     _ITL,
@@ -110,10 +110,10 @@ def _driver(stamp: int) -> Callable[..., int]:
         """Route ``times`` (request ``order[k]`` arrives at ``times[k]``) from ``drv[_ARRIVAL]``
         on, running the replicas' steps in between; return :data:`DONE` once every replica has
         served its requests, or FLUSH/MISSING/PYTHON to hand over (the state is kept: call again
-        to go on). Replica ``c``'s request columns are rows ``c`` of ``req_i`` (int64:
-        prompt, output, emitted, computed, decode steps, last emit step, cached, drafted,
-        accepted, preemptions, held blocks, logical tokens), ``req_f`` (float: last emit, first
-        token, finished, scheduled, arrival, engine arrival) and ``state``; its plan is
+        to go on). Replica ``c``'s request columns are rows ``c`` of ``req_i`` (the int64 ones),
+        ``req_f`` (the float ones) and ``state``, each kind's rows in the loop's order
+        (:data:`sim.engine.loop_state.REQUEST_COLUMNS`; the loop takes them as
+        :func:`~sim.engine.loop_state.replica_columns` gives them); its plan is
         ``offsets``/``proposed``/``accepted`` (its requests' segments of the global plan, in
         routed order); its loop state ``queue``/``running``/``ints``/``clock`` as the loop keeps
         a lone node's. Each call's records are copied to ``acc_f``/``acc_i``/``acc_itl`` after
@@ -149,10 +149,7 @@ def _driver(stamp: int) -> Callable[..., int]:
                     clock[c, 1] = t
                     m = routed[c]
                     status = _run_steps(
-                        req_i[c, 0], req_i[c, 1], req_i[c, 2], req_i[c, 3], req_i[c, 4],
-                        req_i[c, 5], req_f[c, 0], req_f[c, 1], req_f[c, 2], req_f[c, 3],
-                        req_i[c, 6], state[c], req_f[c, 4], req_f[c, 5], req_i[c, 7],
-                        req_i[c, 8], req_i[c, 9], req_i[c, 10], req_i[c, 11],
+                        _replica_columns(req_i, req_f, state, c),
                         offsets[c], proposed[c], accepted[c],
                         r_times[c, :m], r_times[c, :m], closed_f, closed_f, closed_i, closed_i,
                         closed_f, closed_f, closed_f, queue[c], running[c], ints[c], clock[c],
@@ -244,6 +241,12 @@ def _driver(stamp: int) -> Callable[..., int]:
     return drive
 
 
+def _replica_columns(*args: Any) -> tuple[Any, ...]:
+    """A replica's request columns (:func:`sim.engine.loop_state.replica_columns`), bound
+    compiled by :func:`compiled`."""
+    raise RuntimeError("the fleet driver's columns are bound by compiled()")
+
+
 def _run_steps(*args: Any) -> int:
     """The compiled loop (:func:`sim.engine.loop_kernel.compiled`), set by :func:`compiled`."""
     raise RuntimeError("the fleet driver's loop is bound by compiled()")
@@ -258,6 +261,9 @@ def compiled() -> Callable[..., int] | None:
     import numba
 
     globals()["_run_steps"] = loop
+    globals()["_replica_columns"] = numba.njit(cache=True, nogil=True, inline="always")(
+        loop_state.replica_columns
+    )
     driver: Any = numba.njit(cache=True, nogil=True)(_driver(_source_stamp()))
     return driver
 
