@@ -61,7 +61,6 @@ from sim.engine.loop_state import (
     MISSING,
     NUM_INTS,
     PYTHON,
-    cost_arrays,
     request_columns,
     step_buffers,
 )
@@ -180,7 +179,7 @@ class CompiledLoop:
                 ints,
                 clock,
                 self._cfg,
-                cost_arrays(lowered),
+                lowered.arrays(),
                 self._rec_f,
                 self._rec_i,
                 self._itl_values,

@@ -149,6 +149,21 @@ class LoweredCost:
             _int64(work.context_tokens),
             _int64(work.num_proposed),
             given,
+        )
+        num_missing = self._evaluate(*inputs, *self.arrays(), out, missing)
+        if num_missing:
+            self._price(missing[:, :num_missing])
+            # Read the arrays again: pricing may have moved the table to a larger one.
+            num_missing = self._evaluate(*inputs, *self.arrays(), out, missing)
+            assert num_missing == 0
+        parts = {key: out[i] for i, key in enumerate(ROWS[:-1])}
+        return out[-1], parts
+
+    def arrays(self) -> tuple[NDArray[Any], ...]:
+        """What the evaluator takes after a step's shape, in its order: the model's parameters,
+        then the table and the grids (:meth:`_stores`, read at each call: the table's arrays are
+        replaced when it grows). The compiled loop passes the same tuple."""
+        return (
             self._levels,
             self._levels_by_k,
             self._fixed_by_k,
@@ -156,15 +171,8 @@ class LoweredCost:
             self._sizes,
             self._flags,
             self._c,
+            *self._stores(),
         )
-        num_missing = self._evaluate(*inputs, *self._stores(), out, missing)
-        if num_missing:
-            self._price(missing[:, :num_missing])
-            # Read the stores again: pricing may have moved the table to a larger one.
-            num_missing = self._evaluate(*inputs, *self._stores(), out, missing)
-            assert num_missing == 0
-        parts = {key: out[i] for i, key in enumerate(ROWS[:-1])}
-        return out[-1], parts
 
     def _stores(self) -> tuple[NDArray[Any], ...]:
         """The table and the grids, as the evaluator reads them (the table's arrays are

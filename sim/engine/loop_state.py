@@ -14,7 +14,6 @@ import numpy as np
 from sim.engine.recorder import STEP_COLUMNS
 
 if TYPE_CHECKING:
-    from sim.engine.cost_kernel import LoweredCost
     from sim.engine.kv_cache import BlockManager
     from sim.engine.requests import RequestTable
 
@@ -94,14 +93,6 @@ def replica_columns(req_i: Any, req_f: Any, state: Any, c: int) -> tuple[Any, ..
     i, f = req_i[c], req_f[c]
     return (i[0], i[1], i[2], i[3], i[4], i[5], f[0], f[1], f[2], f[3], i[6], state[c], f[4],
             f[5], i[7], i[8], i[9], i[10], i[11])  # fmt: skip
-
-
-def cost_arrays(lowered: LoweredCost) -> tuple[Any, ...]:
-    """The loop's ``cost`` argument: the lowered cost model's parameters, then its table and
-    grids (:meth:`~sim.engine.cost_kernel.LoweredCost._stores`, read at each call: the table's
-    arrays are replaced when it grows), as the evaluator takes them after the step's shape."""
-    return (lowered._levels, lowered._levels_by_k, lowered._fixed_by_k, lowered._nets,
-            lowered._sizes, lowered._flags, lowered._c, *lowered._stores())  # fmt: skip
 
 
 # Slots of the loop's integer state.

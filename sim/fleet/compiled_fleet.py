@@ -164,7 +164,7 @@ def run(
             times, order, core.requests.prompt_tokens, core.requests.output_tokens,
             plan.offsets, g_proposed, g_accepted, ROUTERS[policy], rng, drv, req_i, req_f, state,
             *state_arrays.values(), cfg,
-            loop_state.cost_arrays(lowered),
+            lowered.arrays(),
             *scratch, missing, no_policy, buffers, np.zeros(1), np.zeros(1, dtype=np.int64),
             acc_f, acc_i, acc_itl, filled, routed, finished, late, live, num_live, assign,
         )  # fmt: skip
