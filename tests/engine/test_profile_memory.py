@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.catalogue import get_gpu, get_model
+from sim.catalogue import get_gpu, get_model, gpu_names
 from sim.drafting.eagle3 import eagle3_networks
 from sim.engine.memory import (
     GIB,
@@ -156,3 +156,14 @@ def test_the_budget_rule_is_unchanged() -> None:
 def test_an_unknown_rule_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown kv_sizing"):
         _plan(False, kv_sizing="guess")
+
+
+def test_a_reported_total_is_what_the_driver_keeps_back_from_the_capacity() -> None:
+    # The driver reserves part of the device for itself, so what it reports is positive and at
+    # most the published capacity (79.19 of 80 GiB on the H100); a shipped figure above it would
+    # grow every pool sized from it.
+    reported = [get_gpu(n) for n in gpu_names() if get_gpu(n).reported_memory_bytes is not None]
+    assert reported
+    for gpu in reported:
+        assert gpu.reported_memory_bytes is not None
+        assert 0 < gpu.reported_memory_bytes <= gpu.memory_bytes, gpu.name
