@@ -11,8 +11,9 @@ Sources (vLLM on H100 SXM, version not stated by either; 2026 runs, so the V1 en
 inference-perf at a constant rate per stage, streaming completions, shared-prefix synthetic chat
 prompts). The inference-sim/training experiments ran vLLM 0.15.1 (stated for them by the
 sim-to-real study's design document, below), after vLLM 0.14.0 (2026-01-17) made async
-scheduling the default, so they run on the ``vllm-v1-async`` preset; the sim-to-real rows carry
-no date and run on the synchronous ``vllm-v1``:
+scheduling the default, so they run on the ``vllm-v1-async`` preset; so do the sim-to-real rows,
+whose study states the same version for every run ("All ground truth was collected on vLLM
+v0.15.1", ``docs/simulator-limitations.md`` of the repository below):
 
 * ``inference-sim/training`` at commit ed5c1d26900e,
   ``default_args/<experiment>/results/stage_<n>_lifecycle_metrics.json`` with ``exp-config.yaml``
@@ -33,7 +34,10 @@ no date and run on the synchronous ``vllm-v1``:
   ``results_trainval/error_records.csv`` (column ``actual``, mean TTFT in ms), with each
   experiment's rate and lengths from ``inference-sim/inference-sim`` at commit f90a1e3a67,
   ``testdata/roofline_goldendataset.json``; prompt length there is system prompt + question (the
-  chat template's few tokens are not included).
+  chat template's few tokens are not included). The same harness and prefix caching as the
+  training runs; each experiment's spec names its pool (``num_unique_system_prompts`` x
+  ``num_users_per_system_prompt`` distinct prompts, which inference-perf's shared-prefix generator
+  cycles through), so the rows are replayed with that pool.
 """
 
 from __future__ import annotations
@@ -127,12 +131,13 @@ def _sim_to_real(
     output: int,
     budget: int,
     ttft_ms: float,
+    pool: int,
 ) -> TtftRow:
     return TtftRow(
         row_id,
         "check",
         "other source",
-        "vllm-v1",
+        ASYNC_PRESET,
         model,
         "h100-sxm",
         tp,
@@ -143,6 +148,7 @@ def _sim_to_real(
         128,
         ttft_ms / 1e3,
         SIM_TO_REAL.format(experiment, stage),
+        prompt_pool=pool,
     )
 
 
@@ -292,14 +298,24 @@ ROWS: tuple[TtftRow, ...] = (
         0.121275,
     ),
     # Check, other source and other models.
-    _sim_to_real("q25-7b-roleplay-6", "64", 0, "qwen2.5-7b", 1, 6.0, 750, 251, 2048, 26.716194),
-    _sim_to_real("q25-7b-reasoning-1", "66", 0, "qwen2.5-7b", 1, 1.0, 1034, 1448, 1024, 30.765422),
-    _sim_to_real("l2-7b-reasoning-1", "67", 0, "llama-2-7b", 1, 1.0, 1034, 1448, 2048, 55.095935),
-    _sim_to_real("l31-70b-general-2.5", "60", 0, "llama-3.1-70b", 4, 2.5, 547, 248, 8192, 51.95508),
-    _sim_to_real("l31-70b-general-6", "60", 1, "llama-3.1-70b", 4, 6.0, 547, 248, 8192, 54.426512),
-    _sim_to_real("l31-70b-codegen-5", "61", 0, "llama-3.1-70b", 4, 5.0, 566, 247, 2048, 54.735533),
+    _sim_to_real("q25-7b-roleplay-6", "64", 0, "qwen2.5-7b", 1, 6.0, 750, 251, 2048, 26.716194, 50),
     _sim_to_real(
-        "l31-70b-codegen-10", "61", 1, "llama-3.1-70b", 4, 10.0, 566, 247, 2048, 59.803668
+        "q25-7b-reasoning-1", "66", 0, "qwen2.5-7b", 1, 1.0, 1034, 1448, 1024, 30.765422, 23
+    ),
+    _sim_to_real(
+        "l2-7b-reasoning-1", "67", 0, "llama-2-7b", 1, 1.0, 1034, 1448, 2048, 55.095935, 23
+    ),
+    _sim_to_real(
+        "l31-70b-general-2.5", "60", 0, "llama-3.1-70b", 4, 2.5, 547, 248, 8192, 51.95508, 45
+    ),
+    _sim_to_real(
+        "l31-70b-general-6", "60", 1, "llama-3.1-70b", 4, 6.0, 547, 248, 8192, 54.426512, 45
+    ),
+    _sim_to_real(
+        "l31-70b-codegen-5", "61", 0, "llama-3.1-70b", 4, 5.0, 566, 247, 2048, 54.735533, 44
+    ),
+    _sim_to_real(
+        "l31-70b-codegen-10", "61", 1, "llama-3.1-70b", 4, 10.0, 566, 247, 2048, 59.803668, 44
     ),
     # Check, other source, 8-16 closed-loop clients with 1,024-token prompts (not low load).
     _silicon(

@@ -12,7 +12,13 @@ import pytest
 
 from sim.errors import CalibrationError
 from sim.validation.points import QUANTITY_UNITS, default_points_path, load_points
-from sim.validation.scenarios import REGIMES, regime_of, scenario_document, traces_dir
+from sim.validation.scenarios import (
+    REGIMES,
+    inexpressible_reason,
+    regime_of,
+    scenario_document,
+    traces_dir,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT / ".." / "shared" / "data"
@@ -51,28 +57,62 @@ def test_closed_loop_silicon_points_run_as_the_sources_harness_did() -> None:
 
 
 def test_pooled_points_replay_their_pool_in_turn_past_its_first_pass() -> None:
-    # inference-sim/training's resolved configs read shared_prefix 10 groups x 10 prompts, which
-    # inference-perf's generator sends in turn: each distinct prompt is one shared prefix of all
-    # its tokens but the last, the prefixes come in order, and the pool's first pass is run
-    # before the measured requests and left out.
+    # inference-perf's shared-prefix generator sends its prompts in turn: inference-sim/training's
+    # resolved configs read 10 groups x 10 prompts, the sim-to-real runs' workload specs
+    # num_unique_system_prompts x num_users_per_system_prompt. Each distinct prompt is one shared
+    # prefix of all its tokens but the last, the prefixes come in order, and the pool's first
+    # pass is run before the measured requests and left out. Both studies ran vLLM 0.15.1 with
+    # prefix caching on, so every such row runs on the async-scheduling preset.
     pooled = [p for p in load_points() if p.prompt_pool]
-    assert {p.source_group for p in pooled} == {"blis-training"}
-    assert len(pooled) == sum(1 for p in load_points() if p.source_group == "blis-training")
+    assert {p.source_group for p in pooled} == {"blis-training", "blis-sim-to-real"}
+    assert len([p for p in pooled if p.source_group == "blis-training"]) == sum(
+        1 for p in load_points() if p.source_group == "blis-training"
+    )
     for point in pooled:
-        assert point.prompt_pool == 100 and "100 distinct prompts" in point.notes
-        if point.not_expressible:
+        assert point.preset == "vllm-v1-async" and point.engine == "vLLM 0.15.1", point.point_id
+        pool = point.prompt_pool
+        assert pool is not None
+        assert f"{pool} distinct prompts" in point.notes, point.point_id
+        if point.source_group == "blis-training":
+            assert pool == 100
+        if inexpressible_reason(point):
             continue
         document = scenario_document(point)
         workload, measurement = document["workload"], document["measurement"]
         assert point.prompt_tokens is not None and point.num_requests is not None
         assert workload["prefix"] == {
-            "num_shared_prefixes": 100,
+            "num_shared_prefixes": pool,
             "shared_prefix_tokens": point.prompt_tokens - 1,
             "order": "cycle",
         }
         assert workload["prompt_tokens"] == {"distribution": "fixed", "value": 1}
-        assert workload["num_requests"] == point.num_requests + 100
-        assert measurement["warmup_requests"] == 100
+        assert workload["num_requests"] == point.num_requests + pool
+        assert measurement["warmup_requests"] == pool
+
+
+@pytest.mark.skipif(
+    not SHARED_DATA.is_dir(), reason="the public measurements are not beside the checkout"
+)
+def test_sim_to_real_pools_are_their_workload_specs() -> None:
+    # Every per-stage sim-to-real row's pool is its experiment's spec: system prompts x users.
+    path = SHARED_DATA / "under-load" / "blis_h100_vllm_serving" / "sim_to_real_ground_truth.csv"
+    spec = {}
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["question_len"] and int(row["stage_index"]) >= 0:
+                spec[row["experiment"]] = int(float(row["num_unique_system_prompts"])) * int(
+                    float(row["num_users_per_system_prompt"])
+                )
+    stages = [
+        p
+        for p in load_points()
+        if p.source_group == "blis-sim-to-real"
+        and not p.point_id.endswith(("-all-tpot", "-all-ttft"))
+    ]
+    assert stages
+    for point in stages:
+        experiment = next(e for e in spec if point.point_id.startswith(f"s2r-{e}-"))
+        assert point.prompt_pool == spec[experiment], point.point_id
 
 
 def test_trace_points_name_a_shipped_trace() -> None:

@@ -149,10 +149,20 @@ def blis_sim_to_real(shared: Path) -> Iterator[dict[str, Any]]:
         if whole_run_moe:
             reason = "request rate and lengths of the run not published (only the profile name)"
         has_shape = bool(row["question_len"])
+        pool = (
+            int(float(row["num_unique_system_prompts"]))
+            * int(float(row["num_users_per_system_prompt"]))
+            if has_shape
+            else None
+        )
         base = dict(
             source_group="blis-sim-to-real",
-            engine="vLLM (version not stated)",
-            preset="vllm-v1",
+            # The study states the version of every run: "All ground truth was collected on
+            # vLLM v0.15.1" (docs/simulator-limitations.md; the design document: "vLLM v0.15.1,
+            # ..., prefix caching enabled, chunked prefill enabled"), whose default is async
+            # scheduling (0.14.0 on), as for the training rows.
+            engine="vLLM 0.15.1",
+            preset="vllm-v1-async",
             model=model,
             gpu="h100-sxm",
             num_gpus=int(float(row["tensor_parallel"])),
@@ -172,14 +182,20 @@ def blis_sim_to_real(shared: Path) -> Iterator[dict[str, Any]]:
             num_requests=(
                 min(300, round(float(row["requested_rate_rps"]) * 30)) if stage >= 0 else ""
             ),
+            prompt_pool=pool or "",
             source=BLIS_S2R.format(file=file, exp=row["experiment"], stage=stage),
             not_expressible=reason,
             notes=(
                 f"{row['workload_profile']} profile; lengths are the workload spec's targets "
                 "(system prompt + question, output); 30 s of the stage (at most 300 requests) "
-                "simulated"
+                f"simulated; {pool} distinct prompts sent in turn (the spec's "
+                f"{int(float(row['num_unique_system_prompts']))} system prompts x "
+                f"{int(float(row['num_users_per_system_prompt']))} users, inference-perf's "
+                "shared-prefix generator cycling through them), prefix caching on (stated), the "
+                "pool's first pass run first and left out; vLLM 0.15.1 as the study states for "
+                "every run (async scheduling, vllm-v1-async)"
                 if has_shape
-                else f"{row['workload_profile']} profile"
+                else f"{row['workload_profile']} profile; vLLM 0.15.1 as the study states"
             ),
         )
         stem = f"s2r-{row['experiment']}-{stage if stage >= 0 else 'all'}"
