@@ -93,3 +93,18 @@ def test_the_fit_is_affine_in_the_per_step_overhead() -> None:
     )
     assert mid == pytest.approx((a + b) / 2, rel=1e-9)
     assert b > a
+
+
+#: The EAGLE-worker methods SGLang 0.4 had: STANDALONE (``draft_model``) came with 0.5.
+SGLANG_04_EAGLE_WORKER = tuple(m for m in EAGLE_WORKER_METHODS if m != "draft_model")
+
+
+@pytest.mark.parametrize("method", SGLANG_04_EAGLE_WORKER)
+def test_sglang_04_runs_every_eagle_worker_method_synchronously(method: str) -> None:
+    # server_args.py (v0.4.x) turns NEXTN (MTP) into EAGLE before it turns the overlap scheduler,
+    # graph padding and chunked prefill off for EAGLE: MTP gets the same host rules as EAGLE.
+    host, settings, sources = load_host_profile("sglang-0.4").for_method(method)
+    eagle, eagle_settings, _ = load_host_profile("sglang-0.4").for_method("eagle")
+    assert not host.cpu_overlap and not host.cuda_graph_padding
+    assert settings == eagle_settings and settings["chunked_prefill"] is False
+    assert host == eagle and sources
