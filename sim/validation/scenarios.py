@@ -35,6 +35,11 @@ the second sent with the first answer in its prompt) runs them as ``workload.ses
 many turns with no think time: a closed loop's client then holds one conversation at a time, as
 a benchmark thread runs one conversation's turns in order, and the turns of the last
 conversations are the drain the source's wall-clock throughput includes.
+A point whose source's harness sampled its requests from a dataset (``lengths``) draws each
+request's prompt and output length from that harness's shipped length table
+(:data:`LENGTH_TABLES`), with replacement, common to both arms of a speedup; a ``draft_model``
+point names its catalogue draft, and ``acceptance_profile`` the shipped profile its speculative
+arm runs with (a fitted one is named by the rows it may serve, never picked up by default).
 A setup the simulator cannot express yet (FP8 weights, a model or GPU missing from the catalogue,
 a workload the source does not publish) is kept and named, never dropped.
 """
