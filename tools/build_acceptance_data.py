@@ -35,6 +35,8 @@ from sim.acceptance.tree import (
     tree_tau_from_paths,
 )
 from sim.errors import CalibrationError
+from tools.fit_blog_draft_acceptance import PROFILE_KEY as BLOG_DRAFT_PROFILE
+from tools.fit_blog_draft_acceptance import profile_entry as blog_draft_profile
 
 TRACE_FOLDER = "acceptance-traces/llama-3.1-8b-h100-vllm"
 TRACE_DATASETS = ("sharegpt", "cnn", "gsm8k", "instructcoder")
@@ -349,6 +351,8 @@ def build(shared: Path, out: Path) -> None:
     measured = frame.copy()
     measured["temperature"] = pd.to_numeric(measured.temperature, errors="coerce")
     profiles = {**measurement_profiles(measured), **trace_profiles}
+    # Fitted by simulation, not read from the measurements table (fit_blog_draft_acceptance).
+    profiles[BLOG_DRAFT_PROFILE] = [blog_draft_profile()]
     tree_rule = fit_tree_rule(measured)
     ngram_rows = frame[frame.source_id == "vllm_issue19254"]
     first = float(np.mean([_rates(c)[0] for c in ngram_rows.per_position_acceptance]))

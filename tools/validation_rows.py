@@ -44,6 +44,9 @@ COLUMNS = (
     "prompt_pool",
     "num_turns",
     "temperature",
+    "draft_model",
+    "acceptance_profile",
+    "lengths",
 )
 
 

@@ -15,10 +15,15 @@ there does not match the logged one). The QPS check runs on every measured reque
 both arms (speedup rows whose arrivals are rate-driven, ids ``<stem>-qps<rate>``; each row's
 speedup is a mean-TPOT ratio, :func:`sim.validation.runner._tpot_ratio`): the predicted speedup
 must fall from the lowest to the highest rate as the measured one does, and sit on the measured
-side of 1x at every rate. The only such sweep transcribed, vLLM PR #12755 (DeepSeek-R1 with MTP),
-is not expressible (its GPU and lengths are not stated), so the check reports NOT RUN with that
-sweep's measured values and its reason; the concurrency sweep caps its Poisson stream at the
-concurrency, so it is a closed loop, not a rate sweep.
+side of 1x at every rate. The sweep it runs on is the vLLM blog of 2024-10-17's draft model
+(Llama-3-70B on four H100s, turboderp/Qwama-0.5B-Instruct drafting k = 4, ShareGPT, 1-10
+requests/s, end-to-end latency ratios read off its bars): no acceptance of that pair is published,
+so one per-position rate was fitted on its 1 request/s row alone (``fitted_by``), and the fall
+with rate and the crossover below 1x at 10 requests/s are predictions; the detail names the
+fitted rate. vLLM PR #12755 (DeepSeek-R1 with MTP) and the blog's n-gram sweep are not
+expressible (their GPU or lengths are not stated) and are listed with their measured values and
+reasons; the concurrency sweep caps its Poisson stream at the concurrency, so it is a closed
+loop, not a rate sweep.
 """
 
 from __future__ import annotations
@@ -218,9 +223,10 @@ def qps_check(results: Sequence[ValidationResult]) -> ShapeCheck:
 
     A sweep is judged on its expressible rows when there are at least two rates: its predicted
     speedup must move from the lowest to the highest rate in the measured direction (falling where
-    the measured one falls) and be on the measured side of 1x at every rate. A sweep with fewer
-    expressible rows is listed with its measured values and the reason it is not run; with no
-    judged sweep the check is NOT RUN.
+    the measured one falls) and be on the measured side of 1x at every rate. A row something was
+    fitted on (``fitted_by``) is named with its fit, so the rates judged out of sample are plain.
+    A sweep with fewer expressible rows is listed with its measured values and the reason it is
+    not run; with no judged sweep the check is NOT RUN.
     """
     judged: list[str] = []
     kept: list[str] = []
@@ -244,6 +250,18 @@ def qps_check(results: Sequence[ValidationResult]) -> ShapeCheck:
             f"{_rate_fmt(high, predicted[high.point_id])}; measured {_rate_fmt(low, low.measured)}"
             f" -> {_rate_fmt(high, high.measured)}"
         )
+        fitted = [r for r in runs if r.fitted_by]
+        if fitted:
+            line += (
+                "; fitted on "
+                + ", ".join(f"{r.rate_per_s:g}/s" for r in fitted)
+                + f" ({', '.join(sorted({r.fitted_by for r in fitted}))}), the other rates out "
+                "of sample"
+            )
+        if len(runs) > 2:
+            line += "; predicted/measured " + ", ".join(
+                f"{r.rate_per_s:g}/s {predicted[r.point_id]:.2f}/{r.measured:.2f}x" for r in runs
+            )
         if not same_sign:
             line += "; predicted trend opposite to the measured one"
         if wrong_side:

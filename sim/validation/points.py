@@ -44,7 +44,12 @@ class ValidationPoint:
     runs two: the second question is sent with the first answer in its prompt); ``num_requests``
     then counts every turn (``None``: one-turn requests). ``temperature`` is the sampling
     temperature the source states where it is not greedy (``None``: 0), which picks the published
-    acceptance a speculative point runs with.
+    acceptance a speculative point runs with. ``draft_model`` is the catalogue draft model of a
+    ``draft_model`` point (empty: none named). ``acceptance_profile`` is the shipped acceptance
+    profile the speculative arm runs with (a key of ``acceptance_profiles.yaml``; empty: the default
+    for the method, model and dataset). ``lengths`` names a shipped table of per-request prompt and
+    output lengths (:data:`sim.validation.scenarios.LENGTH_TABLES`) the requests are drawn from
+    instead of ``prompt_tokens`` / ``output_tokens`` (empty: the fixed lengths).
     """
 
     point_id: str
@@ -82,6 +87,9 @@ class ValidationPoint:
     prompt_pool: int | None = None
     num_turns: int | None = None
     temperature: float | None = None
+    draft_model: str = ""
+    acceptance_profile: str = ""
+    lengths: str = ""
 
     @property
     def is_fitted(self) -> bool:

@@ -107,9 +107,13 @@ def _setup(point: ValidationPoint) -> str:
         if point.prompt_tokens and point.output_tokens
         else ""
     )
+    if point.lengths:
+        lengths = f", {point.lengths} lengths"
     if point.num_turns and point.num_turns > 1:
         lengths += f" x {point.num_turns} turns"
     spec = "" if point.method == "none" else f", {point.method}"
+    if point.method != "none" and point.draft_model:
+        spec += f" ({point.draft_model})"
     if point.method != "none" and point.num_speculative_tokens:
         spec += f" k={point.num_speculative_tokens}"
     return (

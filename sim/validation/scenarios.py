@@ -35,6 +35,11 @@ the second sent with the first answer in its prompt) runs them as ``workload.ses
 many turns with no think time: a closed loop's client then holds one conversation at a time, as
 a benchmark thread runs one conversation's turns in order, and the turns of the last
 conversations are the drain the source's wall-clock throughput includes.
+A point whose source's harness sampled its requests from a dataset (``lengths``) draws each
+request's prompt and output length from that harness's shipped length table
+(:data:`LENGTH_TABLES`), with replacement, common to both arms of a speedup; a ``draft_model``
+point names its catalogue draft, and ``acceptance_profile`` the shipped profile its speculative
+arm runs with (a fitted one is named by the rows it may serve, never picked up by default).
 A setup the simulator cannot express yet (FP8 weights, a model or GPU missing from the catalogue,
 a workload the source does not publish) is kept and named, never dropped.
 """
@@ -57,6 +62,10 @@ from sim.validation.points import ValidationPoint
 EXPRESSIBLE_PRECISIONS = ("fp16", *WEIGHT_FORMATS)
 #: Coefficient of variation of the gamma gaps that stand in for evenly spaced arrivals.
 CONSTANT_RATE_CV = 0.01
+#: Shipped tables of per-request prompt and output lengths a point may draw its requests from
+#: (``lengths``), by name: a JSON file in ``sim/data`` with ``prompt_tokens`` and ``output_tokens``
+#: lists and the provenance of both.
+LENGTH_TABLES = {"sharegpt-vllm-bench-llama3": "sharegpt_lengths_vllm_bench_llama3.json"}
 #: Arrival processes whose sources measured a stationary stage (see the module docstring).
 RATE_DRIVEN = ("constant", "poisson")
 #: Share of a rate-driven point's arrivals dropped as warm-up (see the module docstring).
@@ -74,6 +83,11 @@ REGIME_TITLES = {
     "serving": "Serving path: TTFT",
     "speculation": "Speculation under load",
 }
+
+
+def length_table_path(name: str) -> Path:
+    """The shipped length table ``name`` of :data:`LENGTH_TABLES`. Raise KeyError if unknown."""
+    return Path(str(resources.files("sim") / "data" / LENGTH_TABLES[name]))
 
 
 def traces_dir() -> Path:
@@ -120,6 +134,10 @@ def inexpressible_reason(point: ValidationPoint) -> str:
         reasons.append(f"KV cache {point.kv_cache!r}: not a KV-cache format the cost model prices")
     if point.method not in METHODS:
         reasons.append(f"speculation method {point.method!r} not modelled")
+    if point.draft_model and point.draft_model not in model_names():
+        reasons.append(f"draft model {point.draft_model!r} not in the catalogue")
+    if point.lengths and point.lengths not in LENGTH_TABLES:
+        reasons.append(f"length table {point.lengths!r} not shipped")
     if not point.arrival or point.num_requests is None:
         reasons.append("workload not stated by the source")
     return "; ".join(reasons)
@@ -173,6 +191,10 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
     speculation: dict[str, Any] = {"method": method}
     if method != "none" and point.num_speculative_tokens is not None:
         speculation["num_speculative_tokens"] = point.num_speculative_tokens
+    if method != "none" and point.draft_model:
+        speculation["draft_model"] = point.draft_model
+    if method != "none" and point.acceptance_profile:
+        speculation["acceptance"] = {"profile": point.acceptance_profile}
     engine: dict[str, Any] = {"preset": point.preset}
     if _moe_kernel(point) == "deepgemm":
         engine["moe_kernel"] = "deepgemm"
@@ -190,6 +212,10 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
     if point.arrival != "trace":
         workload["prompt_tokens"] = {"distribution": "fixed", "value": point.prompt_tokens}
         workload["output_tokens"] = {"distribution": "fixed", "value": point.output_tokens}
+        if point.lengths:
+            table = str(length_table_path(point.lengths))
+            for key in ("prompt_tokens", "output_tokens"):
+                workload[key] = {"distribution": "empirical", "path": table, "column": key}
         if point.prompt_pool and point.prompt_tokens:
             workload["prefix"] = pool_prefix(point.prompt_pool, point.prompt_tokens)
             workload["prompt_tokens"] = {"distribution": "fixed", "value": 1}
