@@ -17,11 +17,17 @@ sized beside the miss, neither applied to the model:
 model: every step above the captured size pays the launch time in full instead of
 ``max(0, launch - forward)``, :meth:`sim.host_costs.HostCostModel.launch_stall_s`).
 
+``--capture-sizes spec-rounded`` reruns the speculative arms with vLLM's capture list for
+speculative decoding (a what-if; the cost model keeps the plain list): every size rounded up to a
+multiple of k + 1 and kept if still within the largest, which becomes the new largest
+(``CompilationConfig.adjust_cudagraph_sizes_for_spec_decode``, vllm/config/compilation.py,
+v0.14.0, called by gpu_model_runner.py with ``uniform_decode_query_len`` = k + 1).
+
 ``miss/step`` is the extra time a simulated step would need for the simulated throughput to
 equal the logged one with the same steps (mean step x (predicted / measured - 1)). Usage::
 
     python -m benchmarks.sweep_step_decomposition [--clients 64,128,256] [--k 0,1,3,5]
-        [--eager-launch hidden|added]
+        [--eager-launch hidden|added] [--capture-sizes default|spec-rounded]
 
 ``--k 0`` is the arm without speculation. Exit status 0: a diagnostic, not a gate.
 """
@@ -30,12 +36,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from sim.catalogue import get_model
-from sim.host_costs import HostCostModel, load_host_profile
+from sim.cost_model import StepCostModel
+from sim.host_costs import HostCostModel, capture_sizes, load_host_profile
 from sim.run import run_scenario
 from sim.validation.points import load_points
 from sim.validation.scenarios import build_scenario, traces_dir
@@ -63,7 +73,7 @@ MEASURED_TTFT_TPOT_MS = {
 TERMS = ("fixed_s", "linear_s", "attention_s", "sampling_s", "draft_s")
 
 
-def _row(clients: int, k: int, launch_s: float, per_seq_s: float) -> dict[str, Any]:
+def _row(clients: int, k: int, launch_s: float, per_seq_s: float, largest: int) -> dict[str, Any]:
     points = {p.point_id: p for p in load_points()}
     point = points[f"tomasruizt-qwen3-32b-eagle3-k{max(k, 1)}-c{clients}"]
     scenario = build_scenario(point, "none" if k == 0 else None)
@@ -75,7 +85,7 @@ def _row(clients: int, k: int, launch_s: float, per_seq_s: float) -> dict[str, A
     duration = steps["duration_s"]
     tokens = steps["num_tokens"]
     fresh = (point.prompt_tokens or 0) * (point.num_requests or 0)
-    eager = tokens > load_host_profile(PRESET).costs.cuda_graph_max_tokens
+    eager = tokens > largest
     mean_step = float(duration.mean())
     return {
         "clients": clients,
@@ -110,11 +120,49 @@ def _launch_added(
     return np.where(np.asarray(graphed, dtype=bool), 0.0, np.full(shape, launch))
 
 
+def spec_rounded_sizes(sizes: Any, query_len: int, largest: int) -> list[int]:
+    """vLLM's capture sizes for speculative decoding: each size rounded up to a multiple of
+    ``query_len`` (k + 1), kept if still at most ``largest``; ``[query_len]`` if none is and it
+    fits (``adjust_cudagraph_sizes_for_spec_decode``, vllm/config/compilation.py, v0.14.0).
+    Raise ValueError if not even that fits, as vLLM does."""
+    rounded = sorted({-(-int(s) // query_len) * query_len for s in sizes} - {0})
+    kept = [s for s in rounded if s <= largest]
+    if not kept and query_len <= largest:
+        kept = [query_len]
+    if not kept:
+        raise ValueError(f"no capture size is a multiple of {query_len} within {largest}")
+    return kept
+
+
+@contextmanager
+def _spec_rounded_capture(k: int) -> Iterator[None]:
+    """The what-if for one arm: cost models of speculative steps capture vLLM's rounded list."""
+    original: Callable[..., None] = StepCostModel.__init__
+
+    def init(self: StepCostModel, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        host = self.host
+        if not self.speculative or k == 0 or not len(host._sizes):
+            return
+        top = int(self.host_costs.cuda_graph_max_tokens)
+        sizes = spec_rounded_sizes(host._sizes, k + 1, top)
+        host._sizes = np.array(sizes, dtype=np.int64)
+        self.host_costs = replace(self.host_costs, cuda_graph_max_tokens=sizes[-1])
+        host.costs = self.host_costs
+
+    StepCostModel.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        StepCostModel.__init__ = original  # type: ignore[method-assign]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="64,128,256")
     parser.add_argument("--k", default="0,1,3,5")
     parser.add_argument("--eager-launch", choices=("hidden", "added"), default="hidden")
+    parser.add_argument("--capture-sizes", choices=("default", "spec-rounded"), default="default")
     args = parser.parse_args()
     if args.eager_launch == "added":
         HostCostModel.launch_stall_s = _launch_added  # type: ignore[method-assign]
@@ -131,7 +179,13 @@ def main() -> None:
     print("|" + "---:|" * 22)
     for clients in (int(c) for c in args.clients.split(",")):
         for k in (int(v) for v in args.k.split(",")):
-            r = _row(clients, k, launch_s, costs.per_sequence_overhead_s)
+            largest = costs.cuda_graph_max_tokens
+            if args.capture_sizes == "spec-rounded" and k > 0:
+                largest = spec_rounded_sizes(capture_sizes(largest), k + 1, largest)[-1]
+                with _spec_rounded_capture(k):
+                    r = _row(clients, k, launch_s, costs.per_sequence_overhead_s, largest)
+            else:
+                r = _row(clients, k, launch_s, costs.per_sequence_overhead_s, largest)
             ttft, tpot = r["measured_ttft_tpot"]
             print(
                 f"| {r['clients']} | {r['k']} | {r['predicted']:,.0f} | {r['measured']:,.0f} | "
