@@ -5,8 +5,9 @@ throughput from 128 clients on, in both arms. This prints, for each client count
 speculation, EAGLE-3 at k = 1, 3, 5), the simulated output throughput against the logged one and
 the mean step split into the cost model's terms, with the step's shape: sequences and tokens
 per step, prefill tokens, steps above vLLM's largest captured size (512 tokens: these launch
-eagerly), preemptions and the prefill tokens recomputed after them. Two unpriced candidates are
-sized beside the miss, neither applied to the model:
+eagerly), preemptions and the prefill tokens recomputed after them; and the sequences running
+and the share of the KV pool in use beside what the server logged (``LOGGED_RUNNING_KV``). Two
+unpriced candidates are sized beside the miss, neither applied to the model:
 
 * ``eager``: the target's eager launch time (``eager_launch_s_per_layer`` x layers) on every
   step above the captured size, as if the launch were not hidden behind the forward;
@@ -70,6 +71,25 @@ MEASURED_TTFT_TPOT_MS = {
     (5, 128): (484.41, 52.02),
     (5, 256): (5851.31, 85.63),
 }
+#: What the server logged of its engine, per (k, clients): the mean of its 10 s lines'
+#: ``Running: N reqs`` and ``GPU KV cache usage: P%`` over the lines of that run with at least
+#: half the clients' requests in the engine (running + waiting), leaving out the ramp-down (the
+#: same logs as MEASURED_TTFT_TPOT_MS). Beside them the simulation's sequences per step and
+#: blocks in use over the pool, time-weighted over the steps running at least half the clients.
+LOGGED_RUNNING_KV = {
+    (0, 64): (61.6, 23.8),
+    (0, 128): (128.0, 52.1),
+    (0, 256): (224.0, 79.2),
+    (1, 64): (62.3, 34.1),
+    (1, 128): (124.9, 68.0),
+    (1, 256): (180.9, 97.6),
+    (3, 64): (63.0, 32.5),
+    (3, 128): (124.2, 66.6),
+    (3, 256): (178.1, 97.3),
+    (5, 64): (62.3, 35.4),
+    (5, 128): (125.1, 70.0),
+    (5, 256): (172.2, 97.5),
+}
 TERMS = ("fixed_s", "linear_s", "attention_s", "sampling_s", "draft_s")
 
 
@@ -87,6 +107,12 @@ def _row(clients: int, k: int, launch_s: float, per_seq_s: float, largest: int) 
     fresh = (point.prompt_tokens or 0) * (point.num_requests or 0)
     eager = tokens > largest
     mean_step = float(duration.mean())
+    busy = steps["num_seqs"] >= clients / 2
+    weight = duration * busy
+    running = float((steps["num_seqs"] * weight).sum() / weight.sum())
+    kv_used = (
+        float((steps["kv_blocks_used"] * weight).sum() / weight.sum()) / result.memory.num_blocks
+    )
     return {
         "clients": clients,
         "k": k,
@@ -99,6 +125,9 @@ def _row(clients: int, k: int, launch_s: float, per_seq_s: float, largest: int) 
         "step_ms": 1e3 * mean_step,
         **{t: 1e3 * float(steps[t].mean()) for t in TERMS},
         "seqs": float(steps["num_seqs"].mean()),
+        "running": running,
+        "kv_used": kv_used,
+        "logged_running_kv": LOGGED_RUNNING_KV.get((k, clients), (float("nan"),) * 2),
         "tokens": float(tokens.mean()),
         "prefill": float(steps["num_prefill_tokens"].mean()),
         "eager": float(eager.mean()),
@@ -174,9 +203,10 @@ def main() -> None:
         "| clients | k | predicted tok/s | measured | error | TTFT ms (measured) | "
         "TPOT ms (measured) | step ms | fixed | linear | "
         "attention | sampling | draft | seqs/step | tokens/step | prefill tok/step | "
-        "eager steps | preemptions | recomputed tok | miss/step ms | eager ms | cpu ms |"
+        "eager steps | preemptions | recomputed tok | miss/step ms | eager ms | cpu ms | "
+        "running (logged) | KV used % (logged) |"
     )
-    print("|" + "---:|" * 22)
+    print("|" + "---:|" * 24)
     for clients in (int(c) for c in args.clients.split(",")):
         for k in (int(v) for v in args.k.split(",")):
             largest = costs.cuda_graph_max_tokens
@@ -187,6 +217,7 @@ def main() -> None:
             else:
                 r = _row(clients, k, launch_s, costs.per_sequence_overhead_s, largest)
             ttft, tpot = r["measured_ttft_tpot"]
+            logged_running, logged_kv = r["logged_running_kv"]
             print(
                 f"| {r['clients']} | {r['k']} | {r['predicted']:,.0f} | {r['measured']:,.0f} | "
                 f"{100 * r['error']:+.1f}% | {r['ttft_ms']:,.0f} ({ttft:,.0f}) | "
@@ -194,7 +225,9 @@ def main() -> None:
                 f"{r['linear_s']:.1f} | {r['attention_s']:.1f} | {r['sampling_s']:.2f} | "
                 f"{r['draft_s']:.1f} | {r['seqs']:.0f} | {r['tokens']:.0f} | {r['prefill']:.0f} | "
                 f"{100 * r['eager']:.0f}% | {r['preemptions']} | {r['recomputed']:,} | "
-                f"{r['miss_ms']:.1f} | {r['eager_ms']:.1f} | {r['cpu_ms']:.1f} |",
+                f"{r['miss_ms']:.1f} | {r['eager_ms']:.1f} | {r['cpu_ms']:.1f} | "
+                f"{r['running']:.0f} ({logged_running:.0f}) | "
+                f"{100 * r['kv_used']:.0f} ({logged_kv:.0f}) |",
                 flush=True,
             )
     print(f"wall time {time.perf_counter() - started:.1f} s")
