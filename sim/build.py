@@ -50,6 +50,15 @@ from sim.speculation import HIDDEN_STATE_DRAFTERS
 from sim.workload import Workload, build_workload
 from sim.workload.trace import TraceRequests
 
+#: Drafters for which vLLM V1 reserves ``num_lookahead_tokens`` = k KV slots per running request
+#: (vllm/v1/core/sched/scheduler.py: ``speculative_config.use_eagle()``, the methods eagle, eagle3
+#: and MTP, from v0.9.0 on; ``uses_draft_model()`` added by v0.15.0, and in the January 2026
+#: build the validated sweep ran).
+VLLM_LOOKAHEAD_DRAFTERS = {
+    "vllm-v1": ("eagle", "eagle3", "mtp"),
+    "vllm-v1-async": ("eagle", "eagle3", "mtp", "draft_model"),
+}
+
 
 @dataclass
 class Simulation:
@@ -233,7 +242,13 @@ def build_simulation(
     lookahead = strategy.extra_tokens_per_decode + (
         strategy.proposal.num_draft_tokens if strategy.proposal is not None else 0
     )
-    _check_lengths(workload, model, memory, engine, lookahead)
+    lookahead_slots = (
+        strategy.proposal.num_draft_tokens
+        if strategy.proposal is not None
+        and scenario.speculation.method in VLLM_LOOKAHEAD_DRAFTERS.get(engine.name, ())
+        else 0
+    )
+    _check_lengths(workload, model, memory, engine, lookahead + lookahead_slots)
     max_num_seqs = _window_pool_seq_limit(memory_model, memory, engine, lookahead)
     plan: StepPlan
     drafter: Strategy | AdaptiveDrafter = strategy
@@ -269,6 +284,7 @@ def build_simulation(
             strategy.extra_tokens_per_decode,
             drop_last_cached_block=engine.name in ("vllm-v1", "vllm-v1-async")
             and scenario.speculation.method in HIDDEN_STATE_DRAFTERS,
+            lookahead_slots=lookahead_slots,
             mixed_batches=batching.mixed_batches,
             max_prefills_per_step=batching.max_prefills_per_step,
         ),

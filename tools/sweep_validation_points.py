@@ -83,7 +83,8 @@ QWEN_GPU = "h100-sxm-94gb"
 #: run (sim/engine/memory.py: the driver-reported 93.10 GiB, the sampler's peak over 1,024 dummy
 #: requests, the rejection sampler's with a drafter) and gives 69,584 and 49,792 tokens (+0.5%,
 #: +5.3%; nothing fitted to these logs). At 128 clients a request holds at most 23 blocks (148 +
-#: 200 tokens and k lookahead, 16-token blocks): 47,104 tokens, under every pool. At 256 clients
+#: 200 tokens, its k draft slots and vLLM's k lookahead slots, 16-token blocks): 47,104 tokens,
+#: under every pool. At 256 clients
 #: (22 blocks each, 90,112 tokens) every pool binds: the simulated pools hold 197 and 141 requests
 #: where the logged ones hold 196 and 134, so these rows run.
 QWEN_GPU_NOTE = (

@@ -49,7 +49,8 @@ class AdmissionQueries(SchedulerQueues):
             ):
                 take = 1 + cfg.extra_tokens_per_decode + self._max_proposed()
                 num_running = len(self.running)
-                most_blocks = num_running * (-(-take // kv.block_size) + 1)
+                slots = take + cfg.lookahead_slots
+                most_blocks = num_running * (-(-slots // kv.block_size) + 1)
                 if (
                     num_running * take + want_one <= cfg.max_num_batched_tokens
                     and most_blocks + -(-want_one // kv.block_size) <= kv.num_free
@@ -68,7 +69,8 @@ class AdmissionQueries(SchedulerQueues):
             # A cheap bound first: if the running decodes took the most a decode can take (the
             # longest draft, and one more block than the tokens fill), would all still fit?
             take = 1 + cfg.extra_tokens_per_decode + self._max_proposed()
-            most_blocks = len(running) * (int(blocks_for(take, kv.block_size)) + 1)
+            slots = take + cfg.lookahead_slots
+            most_blocks = len(running) * (int(blocks_for(slots, kv.block_size)) + 1)
             if (
                 len(running) * take + int(want.sum()) <= cfg.max_num_batched_tokens
                 and most_blocks + int(blocks.sum()) <= kv.num_free

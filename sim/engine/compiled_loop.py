@@ -286,6 +286,7 @@ def loop_config(core: EngineCore, max_steps: int) -> IntArray:
             core.speculative,
             max_steps,
             0,
+            cfg.lookahead_slots,
         ],
         dtype=np.int64,
     )

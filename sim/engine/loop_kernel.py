@@ -119,7 +119,7 @@ def _loop(stamp: int) -> Callable[..., int]:
          engine_arrival_at, num_drafted, num_accepted, num_preemptions, held,
          logical) = columns  # fmt: skip
         (max_seqs, max_budget, chunked, extra, block_size, num_blocks, has_plan, speculative,
-         max_steps, closed) = _config(cfg)  # fmt: skip
+         max_steps, closed, lookahead) = _config(cfg)  # fmt: skip
         (pol_ints, pol_floats, staged, slots, slot_steps, slot_floats, pol_ema, pol_table,
          pol_scratch, acc_values, acc_offsets, acc_cache) = policy  # fmt: skip
         adaptive = pol_ints[0] != 0
@@ -144,7 +144,7 @@ def _loop(stamp: int) -> Callable[..., int]:
         row_ints, is_dec, drafting, shape, given, out = buffers
         ids, here_row = row_ints[loop_state.ROW_ID], row_ints[loop_state.ROW_HERE]
         prop, acc = row_ints[loop_state.ROW_PROPOSED], row_ints[loop_state.ROW_ACCEPTED]
-        sched_cfg = (max_budget, extra, block_size, num_blocks, has_plan)
+        sched_cfg = (max_budget, extra, block_size, num_blocks, has_plan, lookahead)
         plan = (offsets, plan_proposed, plan_accepted)
         fixed_plan = (has_plan and not adaptive, offsets, plan_proposed, plan_accepted)
         requests = (num_emitted, num_computed, num_decode_steps, last_emit_step, last_emit_at,

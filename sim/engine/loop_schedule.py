@@ -51,7 +51,7 @@ def schedule_running(
     held: IntArray,
     rows: IntArray,
     is_dec: Any,
-    cfg: tuple[int, int, int, int, bool],
+    cfg: tuple[int, int, int, int, bool, int],
     num_free: int,
     qhead: int,
     plan: tuple[Any, ...],
@@ -60,13 +60,14 @@ def schedule_running(
     """The running rows, in order, within the token budget (Scheduler._schedule_running), and
     their blocks, preempting from the tail of running when short (Scheduler.
     _allocate_with_preemption). ``cfg``: the token budget, the extra tokens of a decode, the
-    block size, the pool's blocks, whether there is a plan; ``plan``: its offsets, proposed,
+    block size, the pool's blocks, whether there is a plan, the lookahead slots a running
+    request holds besides the step's tokens; ``plan``: its offsets, proposed,
     accepted; ``policy``: whether adaptive, whether the oracle, the k chosen, the longest k,
     the acceptance values, offsets and the oracle's per-request cache. Return the rows
     scheduled, the blocks free after their grants, the requests preempted (``rows``'
     victims), the tokens taken, and whether the loop may go on (not: the Python path
     schedules this step)."""
-    max_budget, extra, block_size, num_blocks, has_plan = cfg
+    max_budget, extra, block_size, num_blocks, has_plan, lookahead = cfg
     offsets, plan_proposed, plan_accepted = plan
     adaptive, oracle, k_chosen, k_max, acc_values, acc_offsets, acc_cache = policy
     ids, take, prop, acc = rows[ROW_ID], rows[ROW_TAKE], rows[ROW_PROPOSED], rows[ROW_ACCEPTED]
@@ -125,7 +126,7 @@ def schedule_running(
             prop[n] = p
             acc[n] = a
             comp[n] = computed
-            more = -(-(computed + t) // block_size) - held[r]
+            more = -(-(computed + t + lookahead) // block_size) - held[r]
             need[n] = more if more > 0 else 0
             need_sum += need[n]
             position[n] = i
@@ -146,7 +147,7 @@ def schedule_running(
             break  # preempted, as every row after it
         granted = True
         while need[k] > free:
-            if -(-(comp[k] + take[k]) // block_size) > num_blocks:
+            if -(-(comp[k] + take[k] + lookahead) // block_size) > num_blocks:
                 return 0, free, num_preempted, taken, False  # it could never run
             tail -= 1
             victim = running[tail]

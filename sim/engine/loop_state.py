@@ -114,16 +114,17 @@ def replica_columns(req_i: Any, req_f: Any, state: Any, c: int) -> tuple[Any, ..
 NUM_INTS = 12
 # Slots of its configuration.
 _MAX_SEQS, _BUDGET, _CHUNKED, _EXTRA, _BLOCK, _BLOCKS = range(6)
-_PLAN, _SPECULATIVE, _MAX_STEPS, _CLOSED = range(6, 10)
+_PLAN, _SPECULATIVE, _MAX_STEPS, _CLOSED, _LOOKAHEAD = range(6, 11)
 
 
-def config(cfg: Any) -> tuple[int, int, bool, int, int, int, bool, bool, int, bool]:
+def config(cfg: Any) -> tuple[int, int, bool, int, int, int, bool, bool, int, bool, int]:
     """The configuration's slots: the most sequences, the token budget, chunked prefill, the
     extra tokens of a decode, the block size, the pool's blocks, whether a plan, whether
-    speculative, the most steps a call, whether a closed loop."""
+    speculative, the most steps a call, whether a closed loop, the lookahead slots a running
+    request holds (SchedulerConfig.lookahead_slots)."""
     return (cfg[_MAX_SEQS], cfg[_BUDGET], cfg[_CHUNKED] != 0, cfg[_EXTRA], cfg[_BLOCK],
             cfg[_BLOCKS], cfg[_PLAN] != 0, cfg[_SPECULATIVE] != 0, cfg[_MAX_STEPS],
-            cfg[_CLOSED] != 0)  # fmt: skip
+            cfg[_CLOSED] != 0, cfg[_LOOKAHEAD])  # fmt: skip
 
 
 # Rows of a step's integer buffer (step_buffers): the request, the tokens it takes, drafts

@@ -241,7 +241,11 @@ def _plan_plain(
     # Blocks of n tokens: ceil(n / block_size) = (n + block_size - 1) // block_size, a shift
     # when the size is a power of two (an arithmetic shift floors as // does).
     in_place = s.config.rollback_policy == "in_place" or take == 1
-    slots = computed0[:, None] + (j + ((take if in_place else 1) + block_size - 1))
+    lookahead = s.config.lookahead_slots
+    slots = computed0[:, None] + (j + ((take if in_place else 1) + lookahead + block_size - 1))
+    if lookahead and prompts is not None:
+        # Admitted in step 0 with nothing computed: no lookahead slots yet.
+        slots[len(ids) - len(prompts) :, 0] -= lookahead
     if block_size & (block_size - 1) == 0:
         held = slots >> (block_size.bit_length() - 1)
     else:

@@ -38,6 +38,13 @@ class SchedulerConfig:
     #: states needs them there (vLLM V1 with EAGLE/MTP: FullAttentionManager.find_longest_cache_hit
     #: in vllm/v1/core/single_type_kv_cache_manager.py pops the last matched block if use_eagle).
     drop_last_cached_block: bool = False
+    #: KV slots a running request reserves beyond the step's tokens for the drafter's next
+    #: proposal: vLLM V1 passes ``num_lookahead_tokens`` (the k of EAGLE, EAGLE-3, MTP and draft
+    #: models) to ``KVCacheManager.allocate_slots`` for every running request, which then needs
+    #: ``computed + new + lookahead`` slots (vllm/v1/core/sched/scheduler.py and
+    #: kv_cache_manager.py, v0.14.0 and v0.15.0); a request admitted with nothing computed
+    #: reserves none.
+    lookahead_slots: int = 0
     #: Whether a step may mix prefill chunks with decodes (vLLM V1, chunked prefill) or is either
     #: a prefill batch or a decode batch, prefills first (SGLang: ``enable_mixed_chunk`` off by
     #: default; ``Scheduler.get_next_batch_to_run`` runs a new prefill batch when it can).
@@ -48,6 +55,8 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.rollback_policy not in ROLLBACK_POLICIES:
             raise ValueError(f"rollback_policy must be one of {ROLLBACK_POLICIES}")
+        if self.lookahead_slots < 0:
+            raise ValueError(f"lookahead_slots must be >= 0, got {self.lookahead_slots}")
 
 
 @dataclass(frozen=True)
@@ -172,7 +181,7 @@ class SchedulerQueues:
         r = self.requests
         want = r.known_tokens(prefilling) - r.num_computed_tokens[prefilling]
         take = np.minimum(np.maximum(budget - (np.cumsum(want) - want), 0), want)
-        own = r.num_computed_tokens[prefilling] + take
+        own = r.num_computed_tokens[prefilling] + take + self.config.lookahead_slots
         return int(self.kv.blocks_needed(prefilling, own).sum())
 
     def _slots(
@@ -182,8 +191,9 @@ class SchedulerQueues:
 
         In place: every new token (drafts included) is written into the sequence's own blocks.
         Scratch: the sequence's blocks take only its input token; drafts go to scratch blocks.
+        Either way a running sequence also holds the config's ``lookahead_slots``.
         """
-        computed = self.requests.num_computed_tokens[ids]
+        computed = self.requests.num_computed_tokens[ids] + self.config.lookahead_slots
         if self.config.rollback_policy == "in_place":
             return computed + take, np.zeros(len(ids), dtype=np.int64)
         own = computed + np.where(is_dec, 1, take)

@@ -82,11 +82,14 @@ def _drafts(
     # With computed = prompt - 1 and one token, an admitted request's step 0 holds and reads
     # exactly its prompt's KV; its token count and causal pairs are corrected after.
     take[num_old:, 0] = 1
+    # A running sequence also holds the lookahead slots; one admitted in step 0 does not yet.
+    held = computed + s.config.lookahead_slots
+    held[num_old:, 0] -= s.config.lookahead_slots
     if s.config.rollback_policy == "in_place":
-        blocks = (blocks_for(computed + take, kv.block_size) * active).sum(axis=0)
+        blocks = (blocks_for(held + take, kv.block_size) * active).sum(axis=0)
     else:
         blocks = (
-            (blocks_for(computed + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)) * active
+            (blocks_for(held + 1, kv.block_size) + blocks_for(take - 1, kv.block_size)) * active
         ).sum(axis=0)
 
     def rest(length: int) -> list[IntArray]:
@@ -152,6 +155,7 @@ def _drafts_compiled(
         num_old,
         s.kv.block_size,
         s.config.rollback_policy == "in_place",
+        s.config.lookahead_slots,
         steps_out,
         emitted,
         proposed,

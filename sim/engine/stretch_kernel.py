@@ -34,6 +34,7 @@ def _aggregates(
     num_old: int,
     block_size: int,
     in_place: bool,
+    lookahead: int,
     steps_out: IntArray,
     emitted: IntArray,
     proposed: IntArray,
@@ -47,7 +48,9 @@ def _aggregates(
 
     Row r's verify step c reads its plan at ``start[r] + c - shift[r]`` (zero before ``shift``
     or from ``end[r]`` on); rows from ``num_old`` on are admitted in step 0, which they prefill
-    (one token over ``prompt - 1`` computed).
+    (one token over ``prompt - 1`` computed). A running row's blocks also hold ``lookahead``
+    slots (:attr:`SchedulerConfig.lookahead_slots <sim.engine.queues.SchedulerConfig>`), an
+    admitted row's from step 1 on.
     """
     num_rows = len(computed0)
     for r in range(num_rows):
@@ -72,6 +75,7 @@ def _aggregates(
             if r >= num_old and c == 0:
                 take = 1
             computed = computed0[r] + before
+            held = computed + (0 if r >= num_old and c == 0 else lookahead)
             emitted[r, c] = emit
             proposed[r, c] = p
             accepted[r, c] = a
@@ -80,9 +84,9 @@ def _aggregates(
             steps_out[2, c] += computed + take
             steps_out[3, c] += take * (2 * computed + take + 1)
             if in_place:
-                steps_out[4, c] += -(-(computed + take) // block_size)
+                steps_out[4, c] += -(-(held + take) // block_size)
             else:
-                steps_out[4, c] += -(-(computed + 1) // block_size) - (-(take - 1) // block_size)
+                steps_out[4, c] += -(-(held + 1) // block_size) - (-(take - 1) // block_size)
             if c != finish:
                 steps_out[5, c] += 1
                 steps_out[6, c] += emit

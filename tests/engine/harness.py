@@ -60,6 +60,8 @@ class EngineSetup:
     chunked_prefill: bool = True
     rollback_policy: str = "in_place"
     extra_tokens_per_decode: int = 0
+    #: KV slots a running request holds beyond its step's tokens (vLLM V1's lookahead).
+    lookahead_slots: int = 0
     plan: StepPlan | None = None
     arrival_at_s: FloatArray | None = None
     concurrency: int | None = None
@@ -99,6 +101,7 @@ def build_core(setup: EngineSetup, fast_forward: bool = True) -> EngineCore:
         setup.chunked_prefill,
         setup.rollback_policy,
         setup.extra_tokens_per_decode,
+        lookahead_slots=setup.lookahead_slots,
         mixed_batches=setup.mixed_batches,
         max_prefills_per_step=setup.max_prefills_per_step,
     )

@@ -67,6 +67,7 @@ def engine_setups(
     extra = 0
     max_accepted = 0
     lookahead = 0
+    lookahead_slots = 0
     if speculative:
         k = draw(st.integers(1, 5))
         tree_extra = draw(st.sampled_from([0, 0, 3, 8]))  # a tree proposes more than its depth
@@ -77,9 +78,11 @@ def engine_setups(
         )
         max_accepted = k
         lookahead = k + tree_extra + extra
-    # A lone sequence's last verify step fits: its committed tokens, its input token and every
-    # draft slot (own blocks in place; own plus scratch blocks with scratch).
-    min_blocks = int(blocks_for(longest - 1 + lookahead, block_size)) + int(
+        # vLLM V1's reservation for the drafter's next proposal (SchedulerConfig.lookahead_slots).
+        lookahead_slots = draw(st.sampled_from([0, 0, k + tree_extra]))
+    # A lone sequence's last verify step fits: its committed tokens, its input token, every
+    # draft slot (own blocks in place; own plus scratch blocks with scratch) and its lookahead.
+    min_blocks = int(blocks_for(longest - 1 + lookahead + lookahead_slots, block_size)) + int(
         blocks_for(lookahead, block_size)
     )
     spare = draw(st.integers(0, 24 // block_size + 4)) if spare_blocks is None else spare_blocks
@@ -111,6 +114,7 @@ def engine_setups(
         chunked_prefill=chunked,
         rollback_policy=draw(st.sampled_from(policies)),
         extra_tokens_per_decode=extra,
+        lookahead_slots=lookahead_slots,
         plan=plan,
         arrival_at_s=arrival_at_s,
         concurrency=concurrency,
