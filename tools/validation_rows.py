@@ -44,6 +44,7 @@ COLUMNS = (
     "prompt_pool",
     "num_turns",
     "temperature",
+    "draft_model",
 )
 
 

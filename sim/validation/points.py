@@ -44,7 +44,8 @@ class ValidationPoint:
     runs two: the second question is sent with the first answer in its prompt); ``num_requests``
     then counts every turn (``None``: one-turn requests). ``temperature`` is the sampling
     temperature the source states where it is not greedy (``None``: 0), which picks the published
-    acceptance a speculative point runs with.
+    acceptance a speculative point runs with. ``draft_model`` names the draft of a
+    ``draft_model`` point (a catalogue name or Hugging Face id; empty for other methods).
     """
 
     point_id: str
@@ -82,6 +83,7 @@ class ValidationPoint:
     prompt_pool: int | None = None
     num_turns: int | None = None
     temperature: float | None = None
+    draft_model: str = ""
 
     @property
     def is_fitted(self) -> bool:
@@ -105,6 +107,8 @@ _INT_FIELDS = {
     "num_turns",
 }
 _FLOAT_FIELDS = {"rate_per_s", "measured", "temperature"}
+#: Columns a points file may lack (added after files were written; empty when absent).
+_OPTIONAL_COLUMNS = ("draft_model",)
 _REQUIRED = ("point_id", "source_group", "model", "gpu", "quantity", "measured", "unit", "source")
 
 
@@ -180,7 +184,11 @@ def load_points(path: Path | None = None) -> list[ValidationPoint]:
         raise CalibrationError(f"{path}: cannot read the points file ({exc.strerror})") from None
     reader = csv.DictReader(text.splitlines())
     expected = [f.name for f in fields(ValidationPoint)]
-    missing = [name for name in expected if name not in (reader.fieldnames or [])]
+    missing = [
+        name
+        for name in expected
+        if name not in (reader.fieldnames or []) and name not in _OPTIONAL_COLUMNS
+    ]
     if missing:
         raise CalibrationError(f"{path}, line 1: missing columns {missing}")
     points: list[ValidationPoint] = []
