@@ -123,3 +123,11 @@ def test_the_rows_that_name_quantized_ids_are_expressible() -> None:
         assert reason == "" and scenario is not None
         assert scenario.precision.weights == "fp8"
         assert scenario.model == QUANTIZED_CHECKPOINTS[point.model].model
+
+
+def test_recommend_refuses_a_quantized_id_it_would_price_in_bf16() -> None:
+    result = CliRunner().invoke(
+        app, ["recommend", "--model", QWEN_FP8, "--gpu", "h200", "--task", "chat"]
+    )
+    assert result.exit_code == 2
+    assert "recommend prices bf16 weights only" in result.output
