@@ -204,6 +204,12 @@ def build_simulation(
     memory_model = model if pp == 1 else stage_model(model, pp)
     # Sliding-window KV: SGLang's hybrid pool prices it per pool token; vLLM reserves it per slot.
     window_ratio = engine.swa_full_tokens_ratio or 0.0
+    # vLLM turns its hybrid KV-cache manager off for chunked local attention (Llama 4) by default
+    # ("There is a latency regression when using chunked local attention with the hybrid KV cache
+    # manager. Disabling it, by default": vllm/config/vllm.py, unless
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1): every layer then keeps every token's
+    # KV in the one pool, as a full-attention layer does, and nothing is reserved per slot.
+    chunked_as_full = engine.name.startswith("vllm") and memory_model.spec.chunked_local_attention
     memory = plan_memory(
         memory_model,
         gpu,
@@ -215,12 +221,13 @@ def build_simulation(
         engine.reserved_memory_bytes
         + (
             0.0
-            if window_ratio
+            if window_ratio or chunked_as_full
             else window_kv_reserve_bytes(memory_model, layout, engine.max_num_seqs)
         )
         + state_reserve_bytes(memory_model, tp, layout.dp, engine.max_num_seqs),
         extra_weight_bytes=strategy.weight_bytes_per_gpu(),
-        extra_kv_bytes_per_token=strategy.extra_kv_bytes_per_token(),
+        extra_kv_bytes_per_token=strategy.extra_kv_bytes_per_token()
+        + (memory_model.window_kv_bytes_per_token if chunked_as_full else 0.0),
         weight_bytes_per_gpu=(
             stage_weight_bytes_per_gpu(model, pp, layout)
             if pp > 1

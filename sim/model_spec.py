@@ -61,6 +61,10 @@ class ModelSpec(BaseModel):
     sliding_window: int | None = Field(default=None, gt=0)
     num_sliding_window_layers: int = Field(default=0, ge=0)
     attention_sinks: bool = False
+    #: The window layers attend within fixed chunks of ``sliding_window`` tokens (Llama 4
+    #: ``attention_chunk_size``), not a sliding window; vLLM then keeps their KV like a full
+    #: layer's (sim/build.py).
+    chunked_local_attention: bool = False
     #: Gated attention (Qwen3-Next ``attn_output_gate``): q_proj also yields a sigmoid output gate.
     attention_output_gate: bool = False
     # Gated DeltaNet linear-attention layers (Qwen3-Next; sim/linear_attention.py): how many, and

@@ -51,7 +51,7 @@ from sim.method_table import (
     TreeMethodName,
     default_trace_field,
 )
-from sim.model_names import catalogue_model
+from sim.model_names import draft_catalogue_model
 
 #: The method facts are read through this module as well (from :mod:`sim.method_table`).
 __all__ = [
@@ -158,7 +158,7 @@ class _SpeculationSettings(BaseModel):
     @field_validator("draft_model")
     @classmethod
     def _known_draft(cls, value: str | ModelSpec | None) -> str | ModelSpec | None:
-        return catalogue_model(value)
+        return draft_catalogue_model(value)
 
 
 class ChainSpeculationConfig(_SpeculationSettings):

@@ -150,13 +150,20 @@ def register(app: typer.Typer) -> None:
 def _catalogue_model(name: str) -> str:
     """The catalogue name of ``--model`` (a Hugging Face id is accepted).
 
-    Raise ScenarioError naming the known models if it names none."""
+    Raise ScenarioError naming the known models if it names none, and for a quantized
+    checkpoint's id: the candidates are priced with bf16 weights."""
     from sim.errors import ScenarioError
-    from sim.model_names import resolve_model_name, unknown_model_message
+    from sim.model_names import quantized_checkpoint, resolve_model_name, unknown_model_message
 
     resolved = resolve_model_name(name)
     if resolved is None:
         raise ScenarioError(f"--model: {unknown_model_message(name)}")
+    checkpoint = quantized_checkpoint(name)
+    if checkpoint is not None:
+        raise ScenarioError(
+            f"--model: {name!r} is a checkpoint of {resolved} in {checkpoint.weights}; recommend "
+            f"prices bf16 weights only: name {resolved}"
+        )
     return resolved
 
 

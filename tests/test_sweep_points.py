@@ -47,19 +47,15 @@ def _sweep() -> list:
     return [p for p in load_points() if p.source_group == GROUP]
 
 
-def test_only_the_qwen_eagle3_rows_are_expressible() -> None:
+def test_only_the_qwen_rows_are_expressible() -> None:
     points = _sweep()
     expressible = {p.point_id for p in points if not inexpressible_reason(p)}
     # EAGLE-3 at k = 1..6: InstructCoder at concurrency 1..256 (6 x 9 rows), MT-bench at 1..80
-    # (6 x 8 rows).
-    assert len(expressible) == 54 + 48
-    assert all(
-        p.startswith(("tomasruizt-qwen3-32b-eagle3-", "tomasruizt-qwen3-32b-mtbench-eagle3-"))
-        for p in expressible
-    )
+    # (6 x 8 rows); the Qwen3-1.7B and Qwen3-4B drafts at k = 3 (2 x 9 rows).
+    assert len(expressible) == 54 + 48 + 18
+    assert all(p.startswith("tomasruizt-qwen3-32b-") for p in expressible)
     kept = [p for p in points if p.point_id not in expressible]
-    # Every kept row says why: draft models outside the catalogue, the unnamed GPUs without
-    # peer-to-peer of the 70B runs.
+    # Every kept row says why: the unnamed GPUs without peer-to-peer of the 70B runs.
     assert kept and all(inexpressible_reason(p) for p in kept)
     assert all(regime_of(p) == "speculation" for p in points)
 

@@ -69,8 +69,19 @@ class AcceptanceConfig(BaseModel):
         return next(key for key in SOURCE_KEYS if getattr(self, key) is not None)
 
 
+def pair_name(model_name: str, draft_model: str | None) -> str:
+    """The model part of an acceptance key: the target's name, or ``target+draft`` for a
+    draft-model pair (acceptance depends on both)."""
+    return f"{model_name}+{draft_model}" if draft_model else model_name
+
+
 def _default_model(
-    method: str, model_name: str, dataset: str | None, temperature: float, data_dir: Path
+    method: str,
+    model_name: str,
+    dataset: str | None,
+    temperature: float,
+    data_dir: Path,
+    draft_model: str | None = None,
 ) -> AcceptanceModel:
     # Imported here: the method table's module imports this one (AcceptanceConfig).
     from sim.speculation import TRACE_METHODS
@@ -82,15 +93,17 @@ def _default_model(
             field=TRACE_METHODS[method],
             provenance={"default": f"shipped traces {name} (acceptance key omitted)"},
         )
-    key = profile_key(method, model_name, dataset)
+    pair = pair_name(model_name, draft_model)
+    key = profile_key(method, pair, dataset)
     if key in load_profile_document(data_dir)["profiles"]:
         return profile_model(key, temperature, data_dir=data_dir)
-    published = published_pair(method, model_name, dataset, temperature, data_dir)
+    published = published_pair(method, pair, dataset, temperature, data_dir)
     if isinstance(published, AcceptanceConfig):
         return _build(published, method, data_dir, temperature, data_dir)
+    drafted = f", draft {draft_model!r}" if draft_model else ""
     raise ScenarioError(
         f"speculation.acceptance: no shipped acceptance data for method {method!r}, model "
-        f"{model_name!r}, dataset {dataset!r} at temperature {temperature}"
+        f"{model_name!r}{drafted}, dataset {dataset!r} at temperature {temperature}"
         f"{'; ' + published if published else ''}; set one of {', '.join(SOURCE_KEYS)}"
     )
 
@@ -99,7 +112,8 @@ def published_pair(
     method: str, model_name: str, dataset: str | None, temperature: float, data_dir: Path
 ) -> AcceptanceConfig | str:
     """The published acceptance of a (method, model) pair of ``acceptance_published_pairs.yaml``
-    at ``temperature`` (the dataset's own entry, else the pair's ``any``), or why there is none."""
+    at ``temperature`` (the dataset's own entry, else the pair's ``any``), or why there is none.
+    ``model_name`` is :func:`pair_name`'s ``target+draft`` for a draft-model pair."""
     import yaml  # the file is read only when no profile covers the scenario
 
     document = yaml.safe_load((data_dir / "acceptance_published_pairs.yaml").read_text("utf-8"))
@@ -155,8 +169,11 @@ def build_acceptance_model(
     temperature: float,
     base_dir: Path,
     data_dir: Path = PACKAGE_DATA_DIR,
+    draft_model: str | None = None,
 ) -> AcceptanceModel:
-    """The acceptance model for a scenario; ``base_dir`` resolves relative trace paths.
+    """The acceptance model for a scenario; ``base_dir`` resolves relative trace paths;
+    ``draft_model`` names the draft of a draft-model scenario, whose shipped acceptance is that
+    of the (target, draft) pair.
 
     Raise ScenarioError naming ``speculation.acceptance.<key>`` if a value is invalid, or naming
     ``speculation.acceptance`` if it is omitted and nothing is shipped for this scenario.
@@ -164,7 +181,7 @@ def build_acceptance_model(
     if method == "none":
         raise ScenarioError("speculation.acceptance: method 'none' verifies no draft tokens")
     if config is None:
-        return _default_model(method, model_name, dataset, temperature, data_dir)
+        return _default_model(method, model_name, dataset, temperature, data_dir, draft_model)
     key = config.source_key
     try:
         return _build(config, method, base_dir, temperature, data_dir)

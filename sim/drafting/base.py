@@ -119,6 +119,8 @@ class BuildContext:
         del proposal
         scenario = self.scenario
         model_name = scenario.model if isinstance(scenario.model, str) else scenario.model.name
+        # A draft model's acceptance is the (target, draft) pair's.
+        draft = scenario.speculation.draft_model if self.method == "draft_model" else None
         return build_acceptance_model(
             scenario.speculation.acceptance,
             self.method,
@@ -126,6 +128,7 @@ class BuildContext:
             scenario.workload.dataset,
             scenario.workload.temperature,
             self.base_dir,
+            draft_model=draft if isinstance(draft, str) or draft is None else draft.name,
         )
 
 

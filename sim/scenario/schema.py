@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from sim.catalogue import ModelSpec
 from sim.fleet.config import FleetConfig
 from sim.inputs import SCHEMA_CONFIG
-from sim.model_names import catalogue_model
+from sim.model_names import catalogue_model, checkpoint_precision_conflict, stated_weights
 from sim.scenario.measurement import MAX_LATENCY_MS, MeasurementConfig
 from sim.scenario.node import EngineConfig, HardwareConfig, PrecisionConfig
 from sim.speculation import (
@@ -41,6 +41,26 @@ class Scenario(BaseModel):
     measurement: MeasurementConfig = MeasurementConfig()
     #: Replicas of this node behind a router (sim/fleet); absent: one node.
     fleet: FleetConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checkpoint_precision(cls, data: Any) -> Any:
+        # A quantized checkpoint's id (sim/model_names.py) states its weight format: it becomes
+        # precision.weights, and another explicit one is refused.
+        if not isinstance(data, dict) or not isinstance(data.get("model"), str):
+            return data
+        weights = stated_weights(data["model"])
+        precision = data.get("precision")
+        if weights is None or not isinstance(precision, dict | PrecisionConfig | None):
+            return data
+        if isinstance(precision, PrecisionConfig):
+            precision = precision.model_dump(exclude_unset=True)
+        given = (precision or {}).get("weights")
+        if isinstance(given, str) and (
+            conflict := checkpoint_precision_conflict(data["model"], given)
+        ):
+            raise ValueError(conflict)
+        return {**data, "precision": {**(precision or {}), "weights": weights}}
 
     @field_validator("model")
     @classmethod

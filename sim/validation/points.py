@@ -44,12 +44,14 @@ class ValidationPoint:
     runs two: the second question is sent with the first answer in its prompt); ``num_requests``
     then counts every turn (``None``: one-turn requests). ``temperature`` is the sampling
     temperature the source states where it is not greedy (``None``: 0), which picks the published
-    acceptance a speculative point runs with. ``draft_model`` is the catalogue draft model of a
-    ``draft_model`` point (empty: none named). ``acceptance_profile`` is the shipped acceptance
-    profile the speculative arm runs with (a key of ``acceptance_profiles.yaml``; empty: the default
-    for the method, model and dataset). ``lengths`` names a shipped table of per-request prompt and
-    output lengths (:data:`sim.validation.scenarios.LENGTH_TABLES`) the requests are drawn from
-    instead of ``prompt_tokens`` / ``output_tokens`` (empty: the fixed lengths).
+    acceptance a speculative point runs with. ``draft_model`` names the draft of a
+    ``draft_model`` point (a catalogue name or Hugging Face id; empty: none named).
+    ``acceptance_profile`` is the shipped acceptance profile the speculative arm runs with (a key
+    of ``acceptance_profiles.yaml``; empty: the default for the method, model and dataset).
+    ``lengths`` names a shipped table of per-request prompt and output lengths
+    (:data:`sim.validation.scenarios.LENGTH_TABLES`) the requests are drawn from instead of
+    ``prompt_tokens`` / ``output_tokens`` (empty: the fixed lengths). The last three columns may be
+    absent from a points file (written before they existed): they are then empty.
     """
 
     point_id: str
@@ -113,6 +115,8 @@ _INT_FIELDS = {
     "num_turns",
 }
 _FLOAT_FIELDS = {"rate_per_s", "measured", "temperature"}
+#: Columns a points file may lack (added after files were written; empty when absent).
+_OPTIONAL_COLUMNS = ("draft_model", "acceptance_profile", "lengths")
 _REQUIRED = ("point_id", "source_group", "model", "gpu", "quantity", "measured", "unit", "source")
 
 
@@ -188,7 +192,11 @@ def load_points(path: Path | None = None) -> list[ValidationPoint]:
         raise CalibrationError(f"{path}: cannot read the points file ({exc.strerror})") from None
     reader = csv.DictReader(text.splitlines())
     expected = [f.name for f in fields(ValidationPoint)]
-    missing = [name for name in expected if name not in (reader.fieldnames or [])]
+    missing = [
+        name
+        for name in expected
+        if name not in (reader.fieldnames or []) and name not in _OPTIONAL_COLUMNS
+    ]
     if missing:
         raise CalibrationError(f"{path}, line 1: missing columns {missing}")
     points: list[ValidationPoint] = []

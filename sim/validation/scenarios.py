@@ -52,7 +52,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sim.catalogue import get_gpu, get_model, gpu_names, model_names
+from sim.catalogue import get_gpu, get_model, gpu_names
+from sim.model_names import checkpoint_precision_conflict, resolve_model_name
 from sim.moe import engine_moe_kernel
 from sim.precision import KV_FORMAT_BYTES, WEIGHT_FORMATS
 from sim.scenario import METHODS, Scenario
@@ -97,8 +98,9 @@ def traces_dir() -> Path:
 
 def is_moe(model: str) -> bool:
     """Whether ``model`` is a mixture of experts: from the catalogue, else from its name."""
-    if model in model_names():
-        return get_model(model).spec.num_experts > 1
+    resolved = resolve_model_name(model)
+    if resolved is not None:
+        return get_model(resolved).spec.num_experts > 1
     return any(word in model.lower() for word in _MOE_WORDS)
 
 
@@ -124,8 +126,12 @@ def inexpressible_reason(point: ValidationPoint) -> str:
     reasons = []
     if point.gpu not in gpu_names():
         reasons.append(f"GPU {point.gpu!r} not in the catalogue")
-    if point.model not in model_names():
+    if resolve_model_name(point.model) is None:
         reasons.append(f"model {point.model!r} not in the catalogue")
+    elif conflict := checkpoint_precision_conflict(point.model, _weights(point)):
+        reasons.append(conflict)
+    if point.draft_model and resolve_model_name(point.draft_model) is None:
+        reasons.append(f"draft model {point.draft_model!r} not in the catalogue")
     if point.precision not in EXPRESSIBLE_PRECISIONS:
         reasons.append(
             f"{point.precision.upper()} weights: not a weight format the cost model prices"
@@ -134,13 +140,16 @@ def inexpressible_reason(point: ValidationPoint) -> str:
         reasons.append(f"KV cache {point.kv_cache!r}: not a KV-cache format the cost model prices")
     if point.method not in METHODS:
         reasons.append(f"speculation method {point.method!r} not modelled")
-    if point.draft_model and point.draft_model not in model_names():
-        reasons.append(f"draft model {point.draft_model!r} not in the catalogue")
     if point.lengths and point.lengths not in LENGTH_TABLES:
         reasons.append(f"length table {point.lengths!r} not shipped")
     if not point.arrival or point.num_requests is None:
         reasons.append("workload not stated by the source")
     return "; ".join(reasons)
+
+
+def _weights(point: ValidationPoint) -> str:
+    """The row's ``precision.weights`` (fp16 costs as bf16)."""
+    return point.precision if point.precision in WEIGHT_FORMATS else "bf16"
 
 
 def _arrival(point: ValidationPoint) -> dict[str, Any]:
@@ -239,7 +248,7 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
         "hardware": hardware,
         "model": point.model,
         "precision": {
-            "weights": point.precision if point.precision in WEIGHT_FORMATS else "bf16",
+            "weights": _weights(point),
             "kv_cache": point.kv_cache or "bf16",
         },
         "engine": engine,
@@ -251,10 +260,10 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
 def _moe_kernel(point: ValidationPoint) -> str:
     """The expert kernel the row's engine release runs by default (sim/moe.py
     ``engine_moe_kernel``); triton where the row's model or GPU is not in the catalogue."""
-    if point.model not in model_names() or point.gpu not in gpu_names():
+    resolved = resolve_model_name(point.model)
+    if resolved is None or point.gpu not in gpu_names():
         return "triton"
-    weights = point.precision if point.precision in WEIGHT_FORMATS else "bf16"
-    model = get_model(point.model).with_precision(weights, point.kv_cache or "bf16")
+    model = get_model(resolved).with_precision(_weights(point), point.kv_cache or "bf16")
     ep = point.expert_parallel or 1
     return engine_moe_kernel(point.engine, get_gpu(point.gpu), model, point.num_gpus // ep)
 
