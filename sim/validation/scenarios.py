@@ -174,8 +174,9 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
     if method != "none" and point.num_speculative_tokens is not None:
         speculation["num_speculative_tokens"] = point.num_speculative_tokens
     engine: dict[str, Any] = {"preset": point.preset}
-    if _moe_kernel(point) == "deepgemm":
-        engine["moe_kernel"] = "deepgemm"
+    kernel = _moe_kernel(point)
+    if kernel != "triton":
+        engine["moe_kernel"] = kernel
     if point.max_num_seqs is not None:
         engine["max_num_seqs"] = point.max_num_seqs
     if point.max_num_batched_tokens is not None:
@@ -230,7 +231,7 @@ def _moe_kernel(point: ValidationPoint) -> str:
     weights = point.precision if point.precision in WEIGHT_FORMATS else "bf16"
     model = get_model(point.model).with_precision(weights, point.kv_cache or "bf16")
     ep = point.expert_parallel or 1
-    return engine_moe_kernel(point.engine, get_gpu(point.gpu), model, point.num_gpus // ep)
+    return engine_moe_kernel(point.engine, get_gpu(point.gpu), model, point.num_gpus // ep, ep)
 
 
 def try_build(point: ValidationPoint, method: str | None = None) -> tuple[Scenario | None, str]:
