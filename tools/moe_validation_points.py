@@ -201,8 +201,24 @@ def silicon(shared: Path, row_of: Callable[..., dict[str, Any]]) -> Iterator[dic
             f"{row['moe_ep_size'] or '-'}: {num_gpus} GPUs; requests per run not recorded with "
             f"the row: the source's harness simulated ({AIC_WARMUP_ROUNDS} x concurrency "
             f"warm-up left out, {AIC_ROUNDS} x concurrency measured)"
-            + (f"; {VLLM_ASYNC_NOTE}" if vllm_preset(row) == "vllm-v1-async" else ""),
+            + (f"; {VLLM_ASYNC_NOTE}" if vllm_preset(row) == "vllm-v1-async" else "")
+            + unstated_vllm_note(row),
         )
+
+
+def unstated_vllm_note(row: dict[str, str]) -> str:
+    """Why a vLLM row that states no release runs on ``vllm-v1``: the date the source says it
+    was measured, where that is before vLLM 0.14.0 (2026-01-17) made async scheduling the
+    default; "" for other rows."""
+    if row["backend"] != "vllm" or row["backend_version"]:
+        return ""
+    fields = dict(
+        part.split("=", 1) for part in row["silicon_data_source"].split("; ") if "=" in part
+    )
+    measured = fields.get("measured", "")[:10]
+    if not measured or measured >= "2026-01-17":
+        return ""
+    return f"; vllm-v1: release not stated, measured {measured}, before vLLM 0.14.0 (2026-01-17)"
 
 
 def vllm_preset(row: dict[str, str]) -> str:
