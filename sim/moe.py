@@ -202,14 +202,26 @@ def deepgemm_refusal(model: Model, gpu: GPU) -> str:
     return ""
 
 
-def engine_moe_kernel(engine: str, gpu: GPU, model: Model, moe_tp: int) -> str:
+def engine_moe_kernel(
+    engine: str, gpu: GPU, model: Model, moe_tp: int, expert_parallel: int = 1
+) -> str:
     """The expert kernel an engine release named ``engine`` ("vllm 0.12.0") runs by default for
     ``model`` on ``gpu`` with ``moe_tp``-way split experts (``sim/data/moe_kernels.yaml``):
     deepgemm for vLLM 0.11.1-0.12.0 on Hopper with block-FP8 experts (0.12.0: MoE TP below 8),
-    where every decode batch computes DeepGEMM's whole worst-case layout; triton otherwise,
-    including 0.13-0.14, whose DeepGEMM skips the unused layout (not priced here)."""
+    where every decode batch computes DeepGEMM's whole worst-case layout; matmul_ogs for MXFP4
+    experts on Hopper without expert parallelism under the vLLM releases read from their wheel
+    (``mxfp4_matmul_ogs.vllm_releases``); triton otherwise, including 0.13-0.14, whose DeepGEMM
+    skips the unused layout (not priced here)."""
     rule = moe_kernels_document()["vllm_deepgemm_decode"]
     name, _, version = engine.strip().lower().partition(" ")
+    ogs_releases = moe_kernels_document()["mxfp4_matmul_ogs"].get("vllm_releases", [])
+    if (
+        name == rule["engine"]
+        and version in ogs_releases
+        and expert_parallel == 1
+        and not matmul_ogs_refusal(model, gpu)
+    ):
+        return "matmul_ogs"
     if name != rule["engine"] or not version or deepgemm_refusal(model, gpu):
         return "triton"
     try:

@@ -86,6 +86,17 @@ SPECDRIFT_HARNESS = (
 )
 
 
+#: Why a silicon row of vLLM 0.14 or later runs on ``vllm-v1-async``.
+VLLM_ASYNC_NOTE = (
+    "vllm-v1-async: the release schedules asynchronously by default (vLLM 0.18.0 "
+    "vllm/config/vllm.py VllmConfig.__post_init__: async_scheduling None -> True unless a "
+    "speculative method other than EAGLE/MTP/n-gram-GPU, disable_padded_drafter_batch, or an "
+    "executor other than mp/uni/external_launcher; none applies to one node without "
+    "speculation) and the source's generator passes neither --async-scheduling nor "
+    "--no-async-scheduling (backend_templates/vllm/cli_args.*.j2 @ 095f58a51c)"
+)
+
+
 #: The source's harness per concurrency c (ai-dynamo/aiconfigurator @ 095f58a51c,
 #: bench_run.sh.j2): 2·c warm-up requests left out of the statistics, then 20·c measured.
 AIC_ROUNDS = 20
@@ -172,7 +183,7 @@ def silicon(shared: Path, row_of: Callable[..., dict[str, Any]]) -> Iterator[dic
             f"{row['osl']}-c{concurrency}{split}" + (f"-run{repeat}" if repeat > 1 else ""),
             source_group=GROUP,
             engine=engine,
-            preset="sglang-0.5" if row["backend"] == "sglang" else "vllm-v1",
+            preset="sglang-0.5" if row["backend"] == "sglang" else vllm_preset(row),
             model=model,
             gpu=GPUS[row["system"]],
             num_gpus=num_gpus,
@@ -189,8 +200,35 @@ def silicon(shared: Path, row_of: Callable[..., dict[str, Any]]) -> Iterator[dic
             f"tp_size {row['tp_size']}, moe_tp_size {row['moe_tp_size'] or '-'}, moe_ep_size "
             f"{row['moe_ep_size'] or '-'}: {num_gpus} GPUs; requests per run not recorded with "
             f"the row: the source's harness simulated ({AIC_WARMUP_ROUNDS} x concurrency "
-            f"warm-up left out, {AIC_ROUNDS} x concurrency measured)",
+            f"warm-up left out, {AIC_ROUNDS} x concurrency measured)"
+            + (f"; {VLLM_ASYNC_NOTE}" if vllm_preset(row) == "vllm-v1-async" else "")
+            + unstated_vllm_note(row),
         )
+
+
+def unstated_vllm_note(row: dict[str, str]) -> str:
+    """Why a vLLM row that states no release runs on ``vllm-v1``: the date the source says it
+    was measured, where that is before vLLM 0.14.0 (2026-01-17) made async scheduling the
+    default; "" for other rows."""
+    if row["backend"] != "vllm" or row["backend_version"]:
+        return ""
+    fields = dict(
+        part.split("=", 1) for part in row["silicon_data_source"].split("; ") if "=" in part
+    )
+    measured = fields.get("measured", "")[:10]
+    if not measured or measured >= "2026-01-17":
+        return ""
+    return f"; vllm-v1: release not stated, measured {measured}, before vLLM 0.14.0 (2026-01-17)"
+
+
+def vllm_preset(row: dict[str, str]) -> str:
+    """The vLLM preset of a silicon row's release: ``vllm-v1-async`` from 0.14.0 (async
+    scheduling on by default, :data:`VLLM_ASYNC_NOTE`), ``vllm-v1`` before it and where the
+    source states no version."""
+    parts = row["backend_version"].split(".")
+    if len(parts) < 2 or not all(part.isdigit() for part in parts[:2]):
+        return "vllm-v1"
+    return "vllm-v1-async" if (int(parts[0]), int(parts[1])) >= (0, 14) else "vllm-v1"
 
 
 def quoted(row_of: Callable[..., dict[str, Any]]) -> Iterator[dict[str, Any]]:

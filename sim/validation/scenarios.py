@@ -205,8 +205,9 @@ def scenario_document(point: ValidationPoint, method: str | None = None) -> dict
     if method != "none" and point.acceptance_profile:
         speculation["acceptance"] = {"profile": point.acceptance_profile}
     engine: dict[str, Any] = {"preset": point.preset}
-    if _moe_kernel(point) == "deepgemm":
-        engine["moe_kernel"] = "deepgemm"
+    kernel = _moe_kernel(point)
+    if kernel != "triton":
+        engine["moe_kernel"] = kernel
     if point.max_num_seqs is not None:
         engine["max_num_seqs"] = point.max_num_seqs
     if point.max_num_batched_tokens is not None:
@@ -265,7 +266,7 @@ def _moe_kernel(point: ValidationPoint) -> str:
         return "triton"
     model = get_model(resolved).with_precision(_weights(point), point.kv_cache or "bf16")
     ep = point.expert_parallel or 1
-    return engine_moe_kernel(point.engine, get_gpu(point.gpu), model, point.num_gpus // ep)
+    return engine_moe_kernel(point.engine, get_gpu(point.gpu), model, point.num_gpus // ep, ep)
 
 
 def try_build(point: ValidationPoint, method: str | None = None) -> tuple[Scenario | None, str]:
