@@ -222,3 +222,14 @@ def test_vllm_async_scheduling_stays_on_only_for_eagle_and_mtp() -> None:
         assert profile.for_method(method)[0].cpu_overlap, method
     for method in ("draft_model", "ngram", "medusa"):
         assert not profile.for_method(method)[0].cpu_overlap, method
+
+
+def test_vllm_v0_hides_output_processing_only_without_speculation() -> None:
+    """vLLM 0.6's asynchronous output processing (on by default) overlaps the per-sequence CPU
+    work with the next forward, and vllm/config.py turns it off whenever a speculative model is
+    configured: the baseline overlaps, every drafting method pays the work in line."""
+    profile = load_host_profile("vllm-v0")
+    assert profile.for_method("none")[0].cpu_overlap
+    for method in METHODS:
+        if method != "none":
+            assert not profile.for_method(method)[0].cpu_overlap, method
