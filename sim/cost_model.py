@@ -335,7 +335,14 @@ class StepCostModel:
             attention = attention + self._state_s_per_seq * num_seqs
         forward = linear + attention + allreduce + sampling
         stall = self.host.launch_stall_s(forward, graphed)
-        cpu = self.host.cpu_s(num_seqs, n_real, forward + stall, self.speculative, self.cpu_overlap)
+        expanded = (
+            np.where(decode_only, np.maximum(n_real - num_seqs, 0.0), 0.0)
+            if self.host_costs.verify_batch_expansion
+            else 0.0
+        )
+        cpu = self.host.cpu_s(
+            num_seqs, n_real, forward + stall, self.speculative, self.cpu_overlap, expanded
+        )
         return {
             "fixed_s": cpu + stall,
             "linear_s": linear,

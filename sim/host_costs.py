@@ -74,7 +74,10 @@ class HostCosts:
     work of the next step overlaps this step's forward; ``verify_batch_expansion``: the engine
     scores drafts by expanding each sequence into one single-token sequence per verified position
     (vLLM before its MQA scorer, PR #8839 in v0.6.3), so each reads its whole context: the step's
-    KV reads are ``Σ t_i·n_i`` instead of ``Σ n_i``. Raise ValueError if a time is negative.
+    KV reads are ``Σ t_i·n_i`` instead of ``Σ n_i``; ``expanded_sequence_overhead_s``: with batch
+    expansion, the CPU work (input preparation and sampler bookkeeping) of each extra single-token
+    sequence the expansion adds to a verify step, ``t_i − 1`` per sequence (optional in the file,
+    0 when absent). Raise ValueError if a time is negative.
     """
 
     step_overhead_s: float = 0.0
@@ -89,6 +92,7 @@ class HostCosts:
     eager_launch_s_per_layer: float = 0.0
     cpu_overlap: bool = False
     verify_batch_expansion: bool = False
+    expanded_sequence_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -98,6 +102,7 @@ class HostCosts:
             "per_token_overhead_s",
             "spec_per_sequence_overhead_s",
             "eager_launch_s_per_layer",
+            "expanded_sequence_overhead_s",
         ):
             value = getattr(self, name)
             if not value >= 0 or not np.isfinite(value):
@@ -189,13 +194,17 @@ class HostCostModel:
         forward_s: ArrayLike,
         speculative: bool,
         overlap: bool,
+        expanded: ArrayLike = 0.0,
     ) -> FloatArray:
         """CPU time the step shows: the fixed part, plus the batch-dependent part where it is not
-        hidden behind the forward (``overlap``) or in full."""
+        hidden behind the forward (``overlap``) or in full. ``expanded``: the extra single-token
+        sequences batch expansion adds to the step (0 where there is none)."""
         c = self.costs
         b = np.asarray(num_seqs, dtype=np.float64)
         per_seq = c.per_sequence_overhead_s + (c.spec_per_sequence_overhead_s if speculative else 0)
         variable = per_seq * b + c.per_token_overhead_s * np.asarray(num_tokens, dtype=np.float64)
+        added = np.asarray(expanded, dtype=np.float64)
+        variable = variable + c.expanded_sequence_overhead_s * added
         if overlap:
             variable = np.maximum(variable - np.asarray(forward_s, dtype=np.float64), 0.0)
         return c.step_overhead_s + self.num_layers * c.per_layer_overhead_s + variable
@@ -208,6 +217,8 @@ HOST_COSTS_FILE = "data/host_costs.yaml"
 RULE_SETTINGS = ("max_num_seqs", "chunked_prefill", "max_prefills_per_step")
 #: Host-cost fields a speculative rule may change.
 RULE_COSTS = ("cpu_overlap", "cuda_graph_padding", "verify_batch_expansion")
+#: Host-cost fields a preset may leave out (their default, 0, is then in force).
+OPTIONAL_COSTS = frozenset({"expanded_sequence_overhead_s"})
 
 
 @dataclass(frozen=True)
@@ -283,7 +294,7 @@ def load_host_profile(preset: str) -> HostProfile:
         )
     fields = {f.name for f in dataclasses.fields(HostCosts)} - {"step_overhead_s"}
     values = {k: entry[k] for k in fields if k in entry}
-    missing = fields - set(values)
+    missing = fields - set(values) - OPTIONAL_COSTS
     if missing:
         raise CatalogueError(f"sim/{HOST_COSTS_FILE}: {preset} lacks {sorted(missing)}")
     try:

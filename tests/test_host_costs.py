@@ -7,6 +7,8 @@ never adds time; with no host mechanism the breakdown is the plain two-overhead 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -222,3 +224,39 @@ def test_vllm_async_scheduling_stays_on_only_for_eagle_and_mtp() -> None:
         assert profile.for_method(method)[0].cpu_overlap, method
     for method in ("draft_model", "ngram", "medusa"):
         assert not profile.for_method(method)[0].cpu_overlap, method
+
+
+def test_vllm_v0_hides_output_processing_only_without_speculation() -> None:
+    """vLLM 0.6's asynchronous output processing (on by default) overlaps the per-sequence CPU
+    work with the next forward, and vllm/config.py turns it off whenever a speculative model is
+    configured: the baseline overlaps, every drafting method pays the work in line."""
+    profile = load_host_profile("vllm-v0")
+    assert profile.for_method("none")[0].cpu_overlap
+    for method in METHODS:
+        if method != "none":
+            assert not profile.for_method(method)[0].cpu_overlap, method
+
+
+def test_batch_expansion_charges_each_added_sequence_its_cpu_work() -> None:
+    """V0's batch expansion turns a verify step of B sequences and n tokens into n single-token
+    sequences: the n − B it adds each cost ``expanded_sequence_overhead_s`` on the CPU (input
+    preparation and sampler bookkeeping), a plain decode step (n = B) nothing, and a prefill step
+    nothing (it is not expanded)."""
+    costs, _, _ = load_host_profile("vllm-v0").for_method("draft_model")
+    assert costs.verify_batch_expansion and costs.expanded_sequence_overhead_s > 0
+    without = replace(costs, expanded_sequence_overhead_s=0.0)
+    models = [
+        StepCostModel(MODEL, GPU, 1, load_efficiency(GPU.name), 0.0, 0.0, host=c, speculative=True)
+        for c in (costs, without)
+    ]
+    for seqs, tokens, logits, added in ((16, 80, 80, 64), (16, 16, 16, 0), (1, 400, 1, 0)):
+        shape = _shape(seqs, tokens, logits)
+        charged, plain = (m.breakdown(shape)["fixed_s"][0] for m in models)
+        assert charged - plain == pytest.approx(added * costs.expanded_sequence_overhead_s)
+
+
+def test_a_preset_may_leave_the_expansion_cost_out() -> None:
+    """Only engines that expand batches state the term; the others load with it at 0."""
+    assert load_host_profile("vllm-v1").costs.expanded_sequence_overhead_s == 0.0
+    with pytest.raises(ValueError, match="expanded_sequence_overhead_s"):
+        HostCosts(expanded_sequence_overhead_s=-1e-6)

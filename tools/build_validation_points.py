@@ -37,6 +37,7 @@ try:
         quoted_points,
         specdecode_bench_points,
         vllm_blog_points,
+        vllm_v0_points,
     )
     from tools.sweep_validation_points import sweep_points
     from tools.validation_rows import COLUMNS, _read, _row
@@ -55,6 +56,7 @@ except ModuleNotFoundError:  # run as a script: tools/ itself is on the path
         quoted_points,
         specdecode_bench_points,
         vllm_blog_points,
+        vllm_v0_points,
     )
     from sweep_validation_points import sweep_points  # type: ignore[no-redef]
     from validation_rows import COLUMNS, _read, _row  # type: ignore[no-redef]
@@ -275,6 +277,7 @@ def build(shared: Path) -> list[dict[str, Any]]:
         *quoted_points(),
         *specdecode_bench_points(),
         *vllm_blog_points(),
+        *vllm_v0_points(),
         *sweep_points(),
         *moe_serving_points(shared, _row),
         *cpu_points(_row),

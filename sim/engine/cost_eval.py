@@ -266,6 +266,9 @@ def evaluate(
         forward = linear + attention + allreduce + sampling
         stall = 0.0 if graphed else max(c[17] - forward, 0.0)
         variable = c[18] * b + c[19] * n_real
+        if expansion and decode_only and n_real > b:
+            # Batch expansion's extra single-token sequences, each prepared and sampled on the CPU.
+            variable = variable + c[30] * (n_real - b)
         if overlap:
             variable = max(variable - (forward + stall), 0.0)
         cpu = c[20] + c[21] + variable

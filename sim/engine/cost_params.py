@@ -20,15 +20,16 @@ from sim.engine.cost_eval import ATTENTION_KERNELS, ATTENTION_ROOFLINE
 def step_terms(
     cost_model: StepCostModel, draft_form: int, draft: tuple[float, float, float]
 ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]:
-    """``cost_model``'s scalar terms for the evaluator: ``c`` (30 coefficients: 22-24 the
-    drafting's ``draft`` terms, 25-29 the masked kernel of a tree's verify steps), the CUDA-graph
+    """``cost_model``'s scalar terms for the evaluator: ``c`` (31 coefficients: 22-24 the
+    drafting's ``draft`` terms, 25-29 the masked kernel of a tree's verify steps, 30 the CPU work
+    of each sequence batch expansion adds), the CUDA-graph
     capture sizes, and the flags (``draft_form`` among them), as
     :func:`sim.engine.cost_eval.evaluate` reads them."""
     host = cost_model.host
     costs = cost_model.host_costs
     kernels = cost_model._kernels
     measured_attention = kernels is not None and kernels.prices_attention
-    c = np.zeros(30, dtype=np.float64)
+    c = np.zeros(31, dtype=np.float64)
     tree = kernels._tree if measured_attention and kernels is not None else None
     if tree is not None:
         # The masked kernel of a tree's verify steps (KernelCosts.attention_s).
@@ -60,6 +61,7 @@ def step_terms(
     c[20] = costs.step_overhead_s
     c[21] = host.num_layers * costs.per_layer_overhead_s
     c[22], c[23], c[24] = draft
+    c[30] = costs.expanded_sequence_overhead_s if costs.verify_batch_expansion else 0.0
     sizes = np.asarray(host._sizes, dtype=np.int64)
     flags = np.array(
         [
