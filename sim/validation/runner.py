@@ -59,6 +59,8 @@ class ValidationResult:
     reason: str = ""
     #: The point's offered request rate where its arrivals are rate-driven (Poisson or constant).
     rate_per_s: float | None = None
+    #: The point's closed-loop client count (None: not a closed loop).
+    concurrency: int | None = None
 
     @property
     def family(self) -> str:
@@ -229,6 +231,7 @@ def run_points(
                 fitted_by=point.fitted_by,
                 reason=reason,
                 rate_per_s=point.rate_per_s if point.arrival in RATE_DRIVEN else None,
+                concurrency=point.concurrency if point.arrival == "closed_loop" else None,
             )
         )
     return results

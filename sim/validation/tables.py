@@ -121,6 +121,8 @@ class Target:
     value: float | None
     limit: float
     count: int
+    #: Rows of the same family outside the target's scope, reported beside it (empty: none).
+    apart: str = ""
 
     @property
     def passed(self) -> bool | None:
@@ -131,17 +133,41 @@ class Target:
         """``PASS``/``MISS``/``NOT RUN`` with the figure and its limit."""
         verdict = {True: "PASS", False: "MISS", None: "NOT RUN"}[self.passed]
         figure = "no rows" if self.value is None else f"{self.value:.1f}%"
-        return f"{verdict}  {self.name}: {figure} (limit {self.limit:.0f}%, n={self.count})"
+        line = f"{verdict}  {self.name}: {figure} (limit {self.limit:.0f}%, n={self.count})"
+        return f"{line}; {self.apart}" if self.apart else line
+
+
+#: Issue #8 states its MAPE targets for batch 1-128 ("Out-of-sample rows: MAPE <= 10% for TPOT and
+#: throughput at batch 1-128 and TP 1-8, <= 15% for TTFT"): a closed loop of more clients is
+#: outside their scope and its rows are reported beside each target, never dropped.
+TARGET_MAX_CLIENTS = 128
+
+
+def in_target_scope(result: ValidationResult) -> bool:
+    """Whether ``result`` falls in the batch range of issue #8's MAPE targets: every row that is
+    not a closed loop (batch 1, open loops), and closed loops of at most 128 clients."""
+    return result.concurrency is None or result.concurrency <= TARGET_MAX_CLIENTS
 
 
 def targets(results: Sequence[ValidationResult]) -> list[Target]:
     """Out-of-sample MAPE ≤ 10% for TPOT and throughput, ≤ 15% for TTFT, over every regime but
-    speculation's speedup ratios; every batch-1 fitted row within ±3% (largest error)."""
-    outside = [r for r in results if not r.is_fitted]
+    speculation's speedup ratios, at batch 1-128 (closed loops of more clients are reported
+    beside each target); every batch-1 fitted row within ±3% (largest error)."""
+    outside = [r for r in results if not r.is_fitted and in_target_scope(r)]
+    above = [r for r in results if not r.is_fitted and not in_target_scope(r)]
     found: list[Target] = []
     for family, limit in (("tpot", 10.0), ("throughput", 10.0), ("ttft", 15.0)):
         value, count = mape(outside, family)
-        found.append(Target(f"out-of-sample {family} MAPE", value, limit, count))
+        above_value, above_count = mape(above, family)
+        apart = (
+            f"above {TARGET_MAX_CLIENTS} clients, outside the target, {above_value:.1f}% "
+            f"(n={above_count})"
+            if above_value is not None
+            else ""
+        )
+        found.append(
+            Target(f"out-of-sample {family} MAPE, batch 1-128", value, limit, count, apart)
+        )
     fitted = [
         abs(r.relative_error)
         for r in results
