@@ -5,8 +5,8 @@ speculation under load) through the current cost model and prints: MAPE per regi
 fitted and out-of-sample rows apart; out-of-sample MAPE by TP degree and by batch band; the
 targets (out-of-sample MAPE ≤ 10% for TPOT and throughput, ≤ 15% for TTFT, at batch 1-128 as the
 issue states them, with closed loops of more clients reported on the same line; every batch-1
-fitted row within ±3%) as PASS/MISS lines; the speculative-speedup sign and crossover checks; the rows
-kept as not expressible, by reason; and the wall time. Usage::
+fitted row within ±3%) as PASS/MISS lines; the speculative-speedup sign and crossover checks;
+the rows kept as not expressible, by reason; and the wall time. Usage::
 
     python -m benchmarks.validate_under_load [--regime all] [--rows]
 
