@@ -169,7 +169,7 @@ def cumulative_from_taus(taus_by_k: dict[int, float]) -> np.ndarray:
         gap_tokens = known[high] - known[low]
         reach = cumulative[-1] if cumulative else 1.0
         width = high - low
-        if gap_tokens < -1e-9 or gap_tokens > reach * width + 1e-6:
+        if gap_tokens < -1e-9 or gap_tokens > reach * width + 1e-9:
             raise ScenarioError(
                 f"tau values {known} are inconsistent: going from k={low} to k={high} adds "
                 f"{gap_tokens:.4f} tokens, must be in [0, {reach * width:.4f}]"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from sim.acceptance.conversions import (
@@ -66,6 +66,9 @@ def test_cumulative_from_taus_recovers_rates_from_every_k(conditional: list[floa
 
 
 @given(rates, st.integers(2, 6))
+# A chain whose rate jumps after a run of tiny ones: the constant rate of the first gaps leaves
+# the next gap less reach than its tokens need, which must be refused, not met short.
+@example(conditional=[0.01, 0.01, 0.01, 0.75], step=2)
 def test_cumulative_from_sparse_taus_meets_every_published_tau_or_says_why(
     conditional: list[float], step: int
 ) -> None:
