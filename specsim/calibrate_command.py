@@ -147,11 +147,24 @@ def register(app: typer.Typer) -> None:
         if gpu is not None and gpu not in gpu_names():
             raise CalibrationError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(gpu_names())}")
         if model is not None:
-            from sim.model_names import resolve_model_name, unknown_model_message
+            from sim.model_names import (
+                quantized_checkpoint,
+                resolve_model_name,
+                unknown_model_message,
+            )
 
             resolved = resolve_model_name(model)
             if resolved is None:
                 raise CalibrationError(f"--model: {unknown_model_message(model)}")
+            checkpoint = quantized_checkpoint(model)
+            if checkpoint is not None:
+                # The replay prices bf16 weights: fitting a quantized run as bf16 would put the
+                # format's difference into the fitted overheads.
+                raise CalibrationError(
+                    f"--model: {model!r} is a checkpoint of {resolved} in {checkpoint.weights}; "
+                    "calibrate replays runs with bf16 weights only, so a run of this checkpoint "
+                    "cannot be fitted"
+                )
             model = resolved
         if tp is not None and tp < 1:
             raise CalibrationError(f"--tp: must be >= 1, got {tp}")

@@ -131,3 +131,19 @@ def test_recommend_refuses_a_quantized_id_it_would_price_in_bf16() -> None:
     )
     assert result.exit_code == 2
     assert "recommend prices bf16 weights only" in result.output
+
+
+def test_calibrate_refuses_a_quantized_id_it_would_replay_in_bf16(tmp_path: Path) -> None:
+    # The replay prices bf16 weights: an FP8 checkpoint's run fitted as bf16 would put the
+    # format's difference into the fitted overheads, so the id is refused before any fitting.
+    artifact = tmp_path / "bench.json"
+    artifact.write_text("{}")
+    out = tmp_path / "profile.yaml"
+    result = CliRunner().invoke(
+        app,
+        ["calibrate", str(artifact), "--out", str(out), "--gpu", "h100-sxm", "--model", SCOUT_FP8],
+    )
+    assert result.exit_code == 2
+    assert "calibrate replays runs with bf16 weights only" in result.output
+    assert SCOUT_FP8 in result.output and "llama-4-scout" in result.output
+    assert not out.exists()
