@@ -50,15 +50,6 @@ from sim.speculation import HIDDEN_STATE_DRAFTERS
 from sim.workload import Workload, build_workload
 from sim.workload.trace import TraceRequests
 
-#: Drafters for which vLLM V1 reserves ``num_lookahead_tokens`` = k KV slots per running request
-#: (vllm/v1/core/sched/scheduler.py: ``speculative_config.use_eagle()``, the methods eagle, eagle3
-#: and MTP, from v0.9.0 on; ``uses_draft_model()`` added by v0.15.0, and in the January 2026
-#: build the validated sweep ran).
-VLLM_LOOKAHEAD_DRAFTERS = {
-    "vllm-v1": ("eagle", "eagle3", "mtp"),
-    "vllm-v1-async": ("eagle", "eagle3", "mtp", "draft_model"),
-}
-
 
 @dataclass
 class Simulation:
@@ -204,12 +195,12 @@ def build_simulation(
     memory_model = model if pp == 1 else stage_model(model, pp)
     # Sliding-window KV: SGLang's hybrid pool prices it per pool token; vLLM reserves it per slot.
     window_ratio = engine.swa_full_tokens_ratio or 0.0
-    # vLLM turns its hybrid KV-cache manager off for chunked local attention (Llama 4) by default
-    # ("There is a latency regression when using chunked local attention with the hybrid KV cache
-    # manager. Disabling it, by default": vllm/config/vllm.py, unless
-    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1): every layer then keeps every token's
-    # KV in the one pool, as a full-attention layer does, and nothing is reserved per slot.
-    chunked_as_full = engine.name.startswith("vllm") and memory_model.spec.chunked_local_attention
+    # Chunked-local attention (Llama 4) kept like full attention where the preset says so
+    # (vLLM turns its hybrid KV manager off for it): every token's KV in the one pool, nothing
+    # reserved per slot.
+    chunked_as_full = (
+        engine.chunked_local_as_full_attention and memory_model.spec.chunked_local_attention
+    )
     memory = plan_memory(
         memory_model,
         gpu,
@@ -252,7 +243,7 @@ def build_simulation(
     lookahead_slots = (
         strategy.proposal.num_draft_tokens
         if strategy.proposal is not None
-        and scenario.speculation.method in VLLM_LOOKAHEAD_DRAFTERS.get(engine.name, ())
+        and scenario.speculation.method in engine.lookahead_slot_methods
         else 0
     )
     _check_lengths(workload, model, memory, engine, lookahead + lookahead_slots)

@@ -11,7 +11,14 @@ from typer.testing import CliRunner
 
 from sim.drafting import SUPPORT, check_support
 from sim.drafting.overheads import load_draft_overheads, overheads_document
-from sim.engine.presets import aliases, canonical_name, get_preset, known_names, preset_names
+from sim.engine.presets import (
+    _methods,
+    aliases,
+    canonical_name,
+    get_preset,
+    known_names,
+    preset_names,
+)
 from sim.errors import ScenarioError
 from sim.scenario import validate_document
 from specsim.cli import app
@@ -156,3 +163,26 @@ def test_tree_kernel_rules_are_sourced_preset_fields() -> None:
     masked = [n for n in preset_names() if get_preset(n).tree_verify_custom_mask]
     per_node = [n for n in preset_names() if get_preset(n).tree_draft_per_node_prefix_reads]
     assert masked == per_node == ["sglang-0.4"]
+
+
+def test_kv_reserve_rules_are_sourced_preset_fields() -> None:
+    # Which drafters hold vLLM V1's lookahead slots and whether chunked-local layers keep their
+    # KV like full layers are stated per preset with their sources: the vLLM V1 presets reserve
+    # for the EAGLE family (and draft models from 0.14), and only vLLM keeps chunked layers full.
+    document = yaml.safe_load(
+        (Path(__file__).parents[1] / "sim" / "data" / "engine_presets.yaml").read_text()
+    )
+    for name in preset_names():
+        assert document["presets"][name]["lookahead_slot_methods_source"]
+        assert document["presets"][name]["chunked_local_as_full_attention_source"]
+    reserving = {n: get_preset(n).lookahead_slot_methods for n in preset_names()}
+    assert {n for n, methods in reserving.items() if methods} == {"vllm-v1", "vllm-v1-async"}
+    assert "draft_model" in reserving["vllm-v1-async"]
+    assert "draft_model" not in reserving["vllm-v1"]
+    full = [n for n in preset_names() if get_preset(n).chunked_local_as_full_attention]
+    assert full == ["vllm-v0", "vllm-v1", "vllm-v1-async"]
+
+
+def test_a_preset_entry_naming_an_unknown_drafter_is_refused() -> None:
+    with pytest.raises(ScenarioError, match=r"presets\.x\.lookahead_slot_methods"):
+        _methods("x", {"lookahead_slot_methods": ["eagle", "warp-drive"]}, "lookahead_slot_methods")

@@ -71,6 +71,13 @@ class EnginePreset:
     #: A tree's later draft levels read each node's prefix KV on its own (SGLang 0.4's draft
     #: decode, :mod:`sim.drafting.tree_verify`); False: once per sequence.
     tree_draft_per_node_prefix_reads: bool = False
+    #: Drafting methods for which every running request reserves k KV slots beyond the step's
+    #: tokens for the next proposal (vLLM V1's ``num_lookahead_tokens``;
+    #: :attr:`sim.engine.queues.SchedulerConfig.lookahead_slots`); empty: none.
+    lookahead_slot_methods: tuple[str, ...] = ()
+    #: Chunked-local attention layers (Llama 4) keep every token's KV in the one pool like a full
+    #: layer (vLLM turns its hybrid KV manager off for them); False: a window reserve per slot.
+    chunked_local_as_full_attention: bool = False
     #: SGLang's hybrid sliding-window KV pool: the window layers' pool holds this fraction of the
     #: full-attention pool's tokens (``--swa-full-tokens-ratio``; :mod:`sim.engine.memory`).
     #: ``None``: the window layers keep a fixed reserve per sequence slot instead (vLLM's rule,
@@ -126,6 +133,18 @@ def _kv_sizing(name: str, entry: dict[str, Any]) -> str:
     return str(value)
 
 
+def _methods(name: str, entry: dict[str, Any], key: str) -> tuple[str, ...]:
+    from sim.method_table import METHODS
+
+    value = entry.get(key)
+    if not isinstance(value, list) or any(m not in METHODS for m in value):
+        raise ScenarioError(
+            f"sim/{PRESETS_FILE}: presets.{name}.{key}: expected a list of drafting methods "
+            f"({', '.join(METHODS)}), got {value!r}"
+        )
+    return tuple(value)
+
+
 def _flag(name: str, entry: dict[str, Any], key: str) -> bool:
     value = entry.get(key)
     if not isinstance(value, bool):
@@ -159,6 +178,8 @@ def _presets() -> dict[str, EnginePreset]:
             draft_keeps_own_embedding=_flag(name, entry, "draft_keeps_own_embedding"),
             tree_verify_custom_mask=_flag(name, entry, "tree_verify_custom_mask"),
             tree_draft_per_node_prefix_reads=_flag(name, entry, "tree_draft_per_node_prefix_reads"),
+            lookahead_slot_methods=_methods(name, entry, "lookahead_slot_methods"),
+            chunked_local_as_full_attention=_flag(name, entry, "chunked_local_as_full_attention"),
             swa_full_tokens_ratio=_window_ratio(name, entry),
             kv_sizing=_kv_sizing(name, entry),
         )
