@@ -280,7 +280,7 @@ def build_simulation(
             engine.chunked_prefill,
             engine.kv_rollback,
             strategy.extra_tokens_per_decode,
-            drop_last_cached_block=engine.name in ("vllm-v1", "vllm-v1-async")
+            drop_last_cached_block=engine.hidden_state_drafter_drops_last_cached_block
             and scenario.speculation.method in HIDDEN_STATE_DRAFTERS,
             lookahead_slots=lookahead_slots,
             mixed_batches=batching.mixed_batches,

@@ -175,12 +175,17 @@ def test_kv_reserve_rules_are_sourced_preset_fields() -> None:
     for name in preset_names():
         assert document["presets"][name]["lookahead_slot_methods_source"]
         assert document["presets"][name]["chunked_local_as_full_attention_source"]
+        assert document["presets"][name]["hidden_state_drafter_drops_last_cached_block_source"]
     reserving = {n: get_preset(n).lookahead_slot_methods for n in preset_names()}
     assert {n for n, methods in reserving.items() if methods} == {"vllm-v1", "vllm-v1-async"}
     assert "draft_model" in reserving["vllm-v1-async"]
     assert "draft_model" not in reserving["vllm-v1"]
     full = [n for n in preset_names() if get_preset(n).chunked_local_as_full_attention]
     assert full == ["vllm-v0", "vllm-v1", "vllm-v1-async"]
+    dropping = [
+        n for n in preset_names() if get_preset(n).hidden_state_drafter_drops_last_cached_block
+    ]
+    assert dropping == ["vllm-v1", "vllm-v1-async"]
 
 
 def test_a_preset_entry_naming_an_unknown_drafter_is_refused() -> None:

@@ -75,6 +75,10 @@ class EnginePreset:
     #: tokens for the next proposal (vLLM V1's ``num_lookahead_tokens``;
     #: :attr:`sim.engine.queues.SchedulerConfig.lookahead_slots`); empty: none.
     lookahead_slot_methods: tuple[str, ...] = ()
+    #: With a drafter that reads the target's hidden states, a prefix-cache hit gives back its
+    #: last block for recomputation (vLLM V1's ``find_longest_cache_hit`` with ``use_eagle``;
+    #: :attr:`sim.engine.queues.SchedulerConfig.drop_last_cached_block`).
+    hidden_state_drafter_drops_last_cached_block: bool = False
     #: Chunked-local attention layers (Llama 4) keep every token's KV in the one pool like a full
     #: layer (vLLM turns its hybrid KV manager off for them); False: a window reserve per slot.
     chunked_local_as_full_attention: bool = False
@@ -179,6 +183,9 @@ def _presets() -> dict[str, EnginePreset]:
             tree_verify_custom_mask=_flag(name, entry, "tree_verify_custom_mask"),
             tree_draft_per_node_prefix_reads=_flag(name, entry, "tree_draft_per_node_prefix_reads"),
             lookahead_slot_methods=_methods(name, entry, "lookahead_slot_methods"),
+            hidden_state_drafter_drops_last_cached_block=_flag(
+                name, entry, "hidden_state_drafter_drops_last_cached_block"
+            ),
             chunked_local_as_full_attention=_flag(name, entry, "chunked_local_as_full_attention"),
             swa_full_tokens_ratio=_window_ratio(name, entry),
             kv_sizing=_kv_sizing(name, entry),
