@@ -119,16 +119,16 @@ def _llama4_moe_step(c: dict[str, Any], path: Path, layers: int) -> int:
     """The MoE interleave: ``interleave_moe_layer_step``, checked against ``moe_layers`` when
     both are given (transformers: ``moe_layers`` defaults to every step-th layer, 0-based
     ``range(step - 1, layers, step)``, which is what :mod:`sim.architecture` counts)."""
-    step = c.get("interleave_moe_layer_step")
-    moe_layers = c.get("moe_layers")
-    if step is None and not moe_layers:
+    given = c.get("interleave_moe_layer_step")
+    moe_layers: list[Any] = c.get("moe_layers") or []
+    if not isinstance(moe_layers, list) or not all(isinstance(i, int) for i in moe_layers):
+        raise CatalogueError(f"model: {path}: moe_layers: expected a list of layer indices")
+    if given is None and not moe_layers:
         raise CatalogueError(f"model: {path}: config.json has no field 'interleave_moe_layer_step'")
-    if step is None:
-        step = int(moe_layers[0]) + 1
-    step = int(step)
+    step = int(given) if given is not None else moe_layers[0] + 1
     if step < 1:
         raise CatalogueError(f"model: {path}: interleave_moe_layer_step: must be >= 1, got {step}")
-    if moe_layers and list(moe_layers) != list(range(step - 1, layers, step)):
+    if moe_layers and moe_layers != list(range(step - 1, layers, step)):
         raise CatalogueError(
             f"model: {path}: moe_layers: only every interleave_moe_layer_step-th layer "
             f"({step}) as a MoE layer is modelled, got {moe_layers!r}"
