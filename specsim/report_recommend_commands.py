@@ -86,7 +86,10 @@ def register(app: typer.Typer) -> None:
                 "--draft-alpha",
                 min=0.0,
                 max=0.99,
-                help="Acceptance rate to assume for a separate draft model (none is shipped).",
+                help=(
+                    "Acceptance rate to assume for a separate draft model that has no shipped "
+                    "(target, draft) acceptance."
+                ),
             ),
         ] = None,
         num_requests: Annotated[
