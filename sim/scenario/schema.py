@@ -60,7 +60,9 @@ class Scenario(BaseModel):
     def _keep_model_as_given(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Scenario:
         scenario: Scenario = handler(data)
         given = data.get("model") if isinstance(data, dict) else None
-        if isinstance(given, str) and given.strip() != scenario.model:
+        # A catalogue name in other case is that name, not an id the user served.
+        name = scenario.model if isinstance(scenario.model, str) else None
+        if isinstance(given, str) and name and given.strip().lower() != name.lower():
             scenario._model_as_given = given.strip()
         return scenario
 
