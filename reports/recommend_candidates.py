@@ -59,6 +59,8 @@ class Request:
     #: Engine preset (``specsim catalogue presets``) and a calibrated profile's path.
     preset: str = "vllm-v1"
     profile: str | None = None
+    #: ``--model`` as the user wrote it (a Hugging Face id), when not the catalogue name.
+    model_as_given: str | None = None
 
 
 @dataclass(frozen=True)
@@ -126,24 +128,35 @@ def _measured_temperatures(key: str) -> list[float]:
 
 
 def find_acceptance(
-    method: str, model: str, vocab_size: int, task: Task, temperature: float
+    method: str,
+    model: str,
+    vocab_size: int,
+    task: Task,
+    temperature: float,
+    draft: str | None = None,
 ) -> tuple[dict[str, Any], str, str] | str:
     """The scenario keys that give ``method`` shipped acceptance, their source and dataset; or
     why not.
 
-    Tries the target's own traces and profiles, then those of :data:`STAND_IN_MODEL` when it
-    shares the tokenizer; for each, the task's datasets in order, at ``temperature`` or the
-    nearest measured one above it.
+    Looks where a run with no ``speculation.acceptance`` looks (:mod:`sim.acceptance.config`):
+    the target's traces, its profiles, then its published pairs, for each of the task's datasets
+    in order; a draft model's acceptance is that of the (target, ``draft``) pair. Two stand-ins
+    are recommend's own: a profile measured at the nearest temperature above ``temperature``, and
+    the traces and profiles of :data:`STAND_IN_MODEL` when it shares the tokenizer (never for a
+    draft model, whose acceptance depends on the draft).
     """
+    from sim.acceptance.config import pair_name
     from sim.acceptance.shipped_data import SHIPPED_TRACES, profile_key
     from sim.catalogue import get_model
     from sim.speculation import TRACE_METHODS
 
-    owners = [model]
-    if model != STAND_IN_MODEL and get_model(STAND_IN_MODEL).spec.vocab_size == vocab_size:
+    own = pair_name(model, draft)
+    owners = [own]
+    same_tokenizer = get_model(STAND_IN_MODEL).spec.vocab_size == vocab_size
+    if draft is None and model != STAND_IN_MODEL and same_tokenizer:
         owners.append(STAND_IN_MODEL)
     for owner in owners:
-        stand_in = "" if owner == model else f", measured on {owner} (same tokenizer)"
+        stand_in = "" if owner == own else f", measured on {owner} (same tokenizer)"
         for dataset in task.datasets:
             trace = f"{owner}/{dataset}"
             if method in TRACE_METHODS and temperature == 0.0 and trace in SHIPPED_TRACES:
@@ -158,7 +171,37 @@ def find_acceptance(
                     f"profile {key}{shown}{stand_in}",
                     dataset,
                 )
-    return f"no shipped acceptance for {method} on {model} ({', '.join(task.datasets)})"
+            if owner == own and not isinstance(
+                published := _published(method, own, dataset, temperature), str
+            ):
+                return published
+    reason = _published(method, own, task.datasets[0], temperature)
+    drafted = f" with draft {draft}" if draft else ""
+    because = f": {reason}" if isinstance(reason, str) and reason else ""
+    return (
+        f"no shipped acceptance for {method} on {model}{drafted} ({', '.join(task.datasets)}) "
+        f"at temperature {temperature:g}{because}"
+    )
+
+
+def _published(
+    method: str, pair: str, dataset: str, temperature: float
+) -> tuple[dict[str, Any], str, str] | str:
+    """The published acceptance a run finds for ``pair`` on ``dataset`` at ``temperature``
+    (``acceptance_published_pairs.yaml``, as :func:`sim.acceptance.config.published_pair` reads
+    it), as explicit scenario keys that build the same model; or the file's reason for none."""
+    from sim.acceptance.config import published_pair
+    from sim.acceptance.shipped_data import PACKAGE_DATA_DIR
+
+    found = published_pair(method, pair, dataset, temperature, PACKAGE_DATA_DIR)
+    if isinstance(found, str):
+        return found
+    keys = found.model_dump(exclude_none=True)
+    return (
+        {"acceptance": keys},
+        f"published {method}/{pair} on {dataset} at temperature {temperature:g}",
+        dataset,
+    )
 
 
 def common_dataset(request: Request, methods: list[str]) -> str:
@@ -225,33 +268,58 @@ def candidates(request: Request) -> tuple[list[Candidate], dict[str, str], dict[
             spec = {"method": method, **variant, "acceptance": keys["acceptance"]}
             found.append(Candidate(label, {**spec, "_temperature": keys.get("temperature")}))
             sources[label] = where
-    smaller = [
-        get_model(name)
-        for name in model_names()
-        if name != request.model
-        and get_model(name).spec.vocab_size == target.spec.vocab_size
-        and get_model(name).total_params * 4 <= target.total_params
-    ]
+    smaller = sorted(
+        (
+            get_model(name)
+            for name in model_names()
+            if name != request.model
+            and get_model(name).spec.vocab_size == target.spec.vocab_size
+            and get_model(name).total_params * 4 <= target.total_params
+        ),
+        key=lambda m: m.total_params,
+    )
     if not smaller:
         skipped["draft_model"] = "no catalogue model with the same tokenizer is 4x smaller"
-    elif request.draft_alpha is None:
-        skipped["draft_model"] = "no shipped acceptance for a draft model; give --draft-alpha"
-    else:
-        draft = min(smaller, key=lambda m: m.total_params).name
+        return found, skipped, sources
+    # Each draft with a shipped (target, draft) measurement runs on it, as `specsim run` of that
+    # pair does; --draft-alpha stands in for the smallest draft without one.
+    drafts: list[tuple[str, dict[str, Any], str]] = []
+    unmeasured: list[str] = []
+    for draft in smaller:
+        source = find_acceptance(
+            "draft_model", request.model, target.spec.vocab_size, _one(task, common),
+            request.temperature, draft=draft.name,
+        )  # fmt: skip
+        if isinstance(source, str):
+            unmeasured.append(draft.name)
+            continue
+        keys, where, dataset = source
+        if dataset != common:
+            where += f" (dataset {dataset}, not {common}: not like-for-like with the others)"
+        drafts.append((draft.name, keys, where))
+    if unmeasured and request.draft_alpha is not None:
+        assumed = {"acceptance": {"alpha": request.draft_alpha}}
+        drafts.append(
+            (unmeasured[0], assumed, f"alpha {request.draft_alpha:g} (assumed, --draft-alpha)")
+        )
+    if not drafts:
+        skipped["draft_model"] = (
+            f"no shipped acceptance for {request.model} with a draft of its tokenizer "
+            f"({', '.join(unmeasured)}) on {', '.join(task.datasets)} at temperature "
+            f"{request.temperature:g}; give --draft-alpha"
+        )
+    for draft_name, keys, where in drafts:
         for k in (3, 5):
-            label = f"draft_model {draft} k={k}"
-            found.append(
-                Candidate(
-                    label,
-                    {
-                        "method": "draft_model",
-                        "draft_model": draft,
-                        "num_speculative_tokens": k,
-                        "acceptance": {"alpha": request.draft_alpha},
-                    },
-                )
-            )
-            sources[label] = f"alpha {request.draft_alpha:g} (assumed, --draft-alpha)"
+            label = f"draft_model {draft_name} k={k}"
+            spec = {
+                "method": "draft_model",
+                "draft_model": draft_name,
+                "num_speculative_tokens": k,
+                "acceptance": keys["acceptance"],
+                "_temperature": keys.get("temperature"),
+            }
+            found.append(Candidate(label, spec))
+            sources[label] = where
     return found, skipped, sources
 
 

@@ -6,9 +6,11 @@ measurement by the tools that read the benchmark's files. Key names, units and d
 vLLM 0.33's ``vllm/benchmarks/serve.py`` (``benchmark`` and ``calculate_metrics``; the history of
 the keys is in the benchmark's release notes):
 
-* run metadata: ``date``, ``endpoint_type``, ``backend``, ``label``, ``model_id``,
-  ``tokenizer_id``, ``num_prompts``, ``request_rate`` (a number, or ``"inf"`` when requests are
-  sent as fast as the concurrency allows), ``burstiness`` (the gamma shape, 1 for Poisson:
+* run metadata: ``date``, ``endpoint_type``, ``backend``, ``label``, ``model_id`` and
+  ``tokenizer_id`` (the model as the scenario names it: the Hugging Face id the user gave, a
+  quantized checkpoint's included; a catalogue name's first id), ``num_prompts``,
+  ``request_rate`` (a number, or ``"inf"`` when requests are sent as fast as the concurrency
+  allows), ``burstiness`` (the gamma shape, 1 for Poisson:
   ``1 / cv**2``), ``max_concurrency``;
 * aggregates: ``duration`` (s), ``completed``, ``failed``, ``total_input_tokens``,
   ``total_output_tokens``, ``request_throughput``, ``request_goodput`` (null without a goodput
@@ -147,6 +149,8 @@ def vllm_bench_result(result: ScenarioResult, label: str | None = None) -> dict[
     steps = result.step_source()
     irregular, irregular_at = result.irregular_itl
     itl = ItlSample(steps, start, end, irregular, irregular_at)
+    # The id the server served, as vLLM's bench records it: the scenario's model as the user
+    # wrote it (a quantized checkpoint's id stays that id); a catalogue name becomes its id.
     model = resolved.get("model")
     model_id = hf_model_id(model) if isinstance(model, str) else str((model or {}).get("name"))
     goodput = summary.request_goodput_req_s if measurement.goodput else None

@@ -86,7 +86,10 @@ def register(app: typer.Typer) -> None:
                 "--draft-alpha",
                 min=0.0,
                 max=0.99,
-                help="Acceptance rate to assume for a separate draft model (none is shipped).",
+                help=(
+                    "Acceptance rate to assume for a separate draft model that has no shipped "
+                    "(target, draft) acceptance."
+                ),
             ),
         ] = None,
         num_requests: Annotated[
@@ -113,6 +116,7 @@ def register(app: typer.Typer) -> None:
         from reports.recommend import Request, recommend_configuration
         from sim.errors import ScenarioError
 
+        catalogue_name = _catalogue_model(model)
         request = Request(
             gpu=gpu,
             num_gpus=num_gpus,
@@ -124,7 +128,8 @@ def register(app: typer.Typer) -> None:
             tpot_p50_ms=tpot_p50_ms,
             draft_alpha=draft_alpha,
             num_requests=num_requests,
-            model=_catalogue_model(model),
+            model=catalogue_name,
+            model_as_given=model if model != catalogue_name else None,
             preset=preset,
             profile=None if profile is None else str(profile.resolve()),
         )
@@ -178,7 +183,8 @@ def format_recommendation(answer: Recommendation) -> str:
     r = answer.request
     load = f"{r.concurrency} clients" if r.concurrency is not None else f"{r.rate_per_s:g} req/s"
     lines = [
-        f"{r.model} on {r.num_gpus}x {r.gpu}, {r.task} at {load}, temperature {r.temperature:g}",
+        f"{r.model_as_given or r.model} on {r.num_gpus}x {r.gpu}, {r.task} at {load}, "
+        f"temperature {r.temperature:g}",
         f"recommended: {answer.best.label}",
     ]
     if answer.runner_up is not None:

@@ -3,6 +3,7 @@ weight format they set, and the scenarios that contradict them refused with one 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,47 @@ def test_calibrate_refuses_a_quantized_id_it_would_replay_in_bf16(tmp_path: Path
     assert "calibrate replays runs with bf16 weights only" in result.output
     assert SCOUT_FP8 in result.output and "llama-4-scout" in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "model", "weights", "num_gpus"),
+    [
+        (SCOUT_FP8, "llama-4-scout", "fp8", 2),
+        # Another id of the same entry than the one the catalogue writes for it.
+        ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b", "bf16", 1),
+    ],
+)
+def test_outputs_name_the_model_as_given(
+    tmp_path: Path, given: str, model: str, weights: str, num_gpus: int
+) -> None:
+    """vLLM's bench records the id the server served (``model_id``, ``tokenizer_id``); so do the
+    run folder's vllm_bench.json, its saved scenario and its report, while the run prices the
+    catalogue entry at the id's precision, and the saved scenario validates to the same run."""
+    document = {
+        "model": given,
+        "hardware": {"gpu": "h100-sxm", "num_gpus": num_gpus},
+        "workload": {"num_requests": 20},
+    }
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(document))
+    folder = tmp_path / "run"
+    ran = CliRunner().invoke(app, ["run", str(tmp_path / "s.yaml"), "--out", str(folder)])
+    assert ran.exit_code == 0, ran.output
+    bench = json.loads((folder / "vllm_bench.json").read_text())
+    assert bench["model_id"] == bench["tokenizer_id"] == given
+    saved = yaml.safe_load((folder / "scenario.resolved.yaml").read_text())
+    assert saved["model"] == given
+    del saved["derived"]
+    again = Scenario.model_validate(saved)
+    assert (again.model, again.precision.weights) == (model, weights)
+    assert again.model_as_given == given
+    reported = CliRunner().invoke(app, ["report", str(folder)])
+    assert reported.exit_code == 0, reported.output
+    assert f"Scenario `default`: {given} on" in (folder / "report.md").read_text()
+
+
+@pytest.mark.parametrize("written", ["llama-3.1-8b", "Llama-3.1-8B"])
+def test_a_catalogue_name_stays_the_catalogue_name(written: str) -> None:
+    # Written in any case, it is the entry's name, which vllm_bench.json turns into its id.
+    scenario = Scenario.model_validate({"model": written})
+    assert scenario.model_as_given == "llama-3.1-8b"
+    assert scenario.model_dump()["model"] == "llama-3.1-8b"

@@ -153,3 +153,133 @@ def test_cli_runs_a_config_path_and_refuses_an_incomplete_one(tmp_path: Path) ->
     bad = CliRunner().invoke(app, ["run", str(scenario), "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 2
     assert "num_attention_heads" in bad.output and "Traceback" not in bad.output
+
+
+#: meta-llama/Llama-4-Scout-17B-16E-Instruct config.json: its text_config's keys the sizes depend
+#: on (no_rope_layers as published: every 4th layer NoPE, i.e. global), with the wrapper's
+#: top-level tie_word_embeddings.
+SCOUT_TEXT = {
+    "model_type": "llama4_text",
+    "attention_bias": False,
+    "attention_chunk_size": 8192,
+    "head_dim": 128,
+    "hidden_size": 5120,
+    "interleave_moe_layer_step": 1,
+    "intermediate_size": 8192,
+    "intermediate_size_mlp": 16384,
+    "max_position_embeddings": 10485760,
+    "moe_layers": list(range(48)),
+    "no_rope_layers": [1, 1, 1, 0] * 12,
+    "num_attention_heads": 40,
+    "num_experts_per_tok": 1,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 8,
+    "num_local_experts": 16,
+    "use_qk_norm": True,
+    "vocab_size": 202048,
+}
+#: meta-llama/Llama-4-Maverick-17B-128E-Instruct config.json text_config: MoE on every other
+#: layer (dense layers of intermediate_size_mlp between), 128 experts, no query/key norm, and no
+#: no_rope_layers (transformers derives them: every 4th layer NoPE).
+MAVERICK_TEXT = {
+    **{k: v for k, v in SCOUT_TEXT.items() if k not in ("moe_layers", "no_rope_layers")},
+    "interleave_moe_layer_step": 2,
+    "moe_layers": list(range(1, 48, 2)),
+    "max_position_embeddings": 1048576,
+    "num_local_experts": 128,
+    "use_qk_norm": False,
+}
+#: The fields in which a config.json and the catalogue entry of the same checkpoint may differ:
+#: what the entry is called and where it was read, not what the model is.
+IDENTITY_FIELDS = ("name", "source", "hf_id")
+
+
+def _llama4(text: dict[str, Any]) -> dict[str, Any]:
+    return {"model_type": "llama4", "tie_word_embeddings": False, "text_config": text}
+
+
+@pytest.mark.parametrize(
+    ("text", "name"), [(SCOUT_TEXT, "llama-4-scout"), (MAVERICK_TEXT, "llama-4-maverick")]
+)
+def test_a_llama4_config_gives_the_catalogue_entry_field_by_field(
+    tmp_path: Path, text: dict[str, Any], name: str
+) -> None:
+    """Every architecture field equal, the chunked-local layers included: 36 of 48 layers attend
+    within chunks of attention_chunk_size (3 in 4 are RoPE layers), the 12 NoPE layers globally.
+    use_qk_norm is true in Scout's file but its norm (Llama4TextL2Norm) has no weight, so the
+    catalogue's qk_norm false (no 2·head_dim parameters a layer) is what the file means."""
+    spec = spec_from_config(_write(tmp_path, _llama4(text)))
+    reference = get_model(name).spec
+    mine, theirs = spec.model_dump(), reference.model_dump()
+    differ = {key for key in mine if mine[key] != theirs[key]}
+    assert differ <= set(IDENTITY_FIELDS), {k: (mine[k], theirs[k]) for k in differ}
+    assert spec.chunked_local_attention and spec.num_sliding_window_layers == 36
+    model, catalogue = get_model(spec), get_model(name)
+    assert model.kv_bytes_per_token == catalogue.kv_bytes_per_token
+    assert model.window_kv_bytes_per_token == catalogue.window_kv_bytes_per_token
+    assert model.total_params == catalogue.total_params
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"no_rope_layers": []},  # empty: transformers derives it from no_rope_layer_interval 4
+        {"no_rope_layer_interval": 4},
+        {"layer_types": (["chunked_attention"] * 3 + ["full_attention"]) * 12},
+    ],
+)
+def test_the_chunked_layers_are_read_as_transformers_derives_them(
+    tmp_path: Path, layout: dict[str, Any]
+) -> None:
+    text = {k: v for k, v in SCOUT_TEXT.items() if k != "no_rope_layers"}
+    spec = spec_from_config(_write(tmp_path, _llama4(text | layout)))
+    assert (spec.num_sliding_window_layers, spec.sliding_window) == (36, 8192)
+
+
+def test_a_null_chunk_size_makes_every_layer_global(tmp_path: Path) -> None:
+    # transformers types it int | None; vLLM chunks a layer only when it is set.
+    spec = spec_from_config(_write(tmp_path, _llama4(SCOUT_TEXT | {"attention_chunk_size": None})))
+    assert not spec.chunked_local_attention and spec.num_sliding_window_layers == 0
+    # Every layer's KV is then per context token: the catalogue's 12 global layers and 36 chunked.
+    full, chunked = get_model(spec), get_model("llama-4-scout")
+    assert full.kv_bytes_per_token == chunked.kv_bytes_per_token + chunked.window_kv_bytes_per_token
+    assert full.kv_bytes_per_token == 4 * chunked.kv_bytes_per_token
+
+
+@pytest.mark.parametrize(
+    "missing",
+    ["attention_chunk_size", "num_local_experts", "num_experts_per_tok", "intermediate_size"],
+)
+def test_a_llama4_config_missing_a_field_is_named_with_the_file(
+    tmp_path: Path, missing: str
+) -> None:
+    text = {k: v for k, v in SCOUT_TEXT.items() if k != missing}
+    path = _write(tmp_path, _llama4(text))
+    with pytest.raises(CatalogueError, match=f"{path}.*'{missing}'"):
+        spec_from_config(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"moe_layers": [0, 5, 9]}, "moe_layers"),
+        ({"no_rope_layers": [1, 0]}, "no_rope_layers"),
+        ({"intermediate_size_mlp": None}, "intermediate_size_mlp"),
+    ],
+)
+def test_a_llama4_layout_that_cannot_be_modelled_is_named(
+    tmp_path: Path, change: dict[str, Any], named: str
+) -> None:
+    path = _write(tmp_path, _llama4(MAVERICK_TEXT | change))
+    with pytest.raises(CatalogueError, match=f"{path}.*{named}"):
+        spec_from_config(path)
+
+
+def test_cli_refuses_a_llama4_config_without_its_chunk_size(tmp_path: Path) -> None:
+    text = {k: v for k, v in SCOUT_TEXT.items() if k != "attention_chunk_size"}
+    _write(tmp_path, _llama4(text))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({"model": "config.json", "workload": {"num_requests": 4}}))
+    bad = CliRunner().invoke(app, ["run", str(scenario), "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2
+    assert "attention_chunk_size" in bad.output and "Traceback" not in bad.output

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from sim.catalogue import ModelSpec
 from sim.fleet.config import FleetConfig
@@ -41,6 +50,31 @@ class Scenario(BaseModel):
     measurement: MeasurementConfig = MeasurementConfig()
     #: Replicas of this node behind a router (sim/fleet); absent: one node.
     fleet: FleetConfig | None = None
+    #: ``model`` as the user wrote it when it is not the catalogue name it resolves to (a
+    #: Hugging Face id, a quantized checkpoint's included): what the run served, so what every
+    #: output names (the dump below, hence the saved scenario and vllm_bench.json's model_id).
+    _model_as_given: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_model_as_given(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Scenario:
+        scenario: Scenario = handler(data)
+        given = data.get("model") if isinstance(data, dict) else None
+        # A catalogue name in other case is that name, not an id the user served.
+        name = scenario.model if isinstance(scenario.model, str) else None
+        if isinstance(given, str) and name and given.strip().lower() != name.lower():
+            scenario._model_as_given = given.strip()
+        return scenario
+
+    @field_serializer("model", mode="wrap")
+    def _dump_model_as_given(self, value: Any, handler: SerializerFunctionWrapHandler) -> Any:
+        # Validating the dump again gives the same catalogue entry and precision.
+        return self._model_as_given if self._model_as_given is not None else handler(value)
+
+    @property
+    def model_as_given(self) -> str | ModelSpec:
+        """``model`` as the user wrote it (the catalogue entry's name when they wrote that)."""
+        return self._model_as_given if self._model_as_given is not None else self.model
 
     @model_validator(mode="before")
     @classmethod
