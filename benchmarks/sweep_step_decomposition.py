@@ -117,14 +117,22 @@ VIDUR_GPU = "h100-sxm"
 
 
 def non_gemm_bytes_per_token(
-    hidden: int, intermediate: int, qk_heads: int, head_dim: int, qk_norm: bool = False
-) -> int:
-    """bf16 bytes one token moves through one layer's elementwise operators: two RMSNorms (read
-    and write ``H``), the residual add (read ``2H``, write ``H``), rotary embedding in place on
-    q and k (read and write ``(n_q + n_kv)·d``), SiLU-and-mul (read ``2I``, write ``I``), and
-    Qwen3's q/k RMSNorm when present (read and write q and k again)."""
+    hidden: int,
+    intermediate: int,
+    qk_heads: int,
+    head_dim: int,
+    qk_norm: bool = False,
+    tp: int = 1,
+) -> float:
+    """bf16 bytes one token moves through one layer's elementwise operators on one GPU: two
+    RMSNorms (read and write ``H``), the residual add (read ``2H``, write ``H``), rotary
+    embedding in place on q and k (read and write ``(n_q + n_kv)·d``), SiLU-and-mul (read
+    ``2I``, write ``I``), and Qwen3's q/k RMSNorm when present (read and write q and k again).
+    Under tensor parallelism every rank normalises and adds the whole hidden state while the
+    head- and MLP-wise operators are split ``tp`` ways (Megatron-LM sharding)."""
     qk = qk_heads * head_dim
-    return 2 * (7 * hidden + 2 * qk + 3 * intermediate + (2 * qk if qk_norm else 0))
+    sharded = 2 * qk + 3 * intermediate + (2 * qk if qk_norm else 0)
+    return 2 * (7 * hidden + sharded / tp)
 
 
 def vidur_bandwidth_fractions() -> dict[str, float]:
@@ -136,15 +144,22 @@ def vidur_bandwidth_fractions() -> dict[str, float]:
     }
 
 
-def non_gemm_s(model: Model, gpu: GPU, per_layer_s: float, num_tokens: Any) -> np.ndarray:
+def non_gemm_s(
+    model: Model, gpu: GPU, per_layer_s: float, num_tokens: Any, tp: int = 1
+) -> np.ndarray:
     """The candidate: ``max(0, N·L·b/(f·BW) − L·t_layer)`` seconds for ``N`` tokens, with ``b``
-    the model's bytes per token per layer, ``f`` the mean achieved fraction of the profiles,
-    ``BW`` the GPU's peak and ``t_layer`` the fixed per-layer time the preset already prices
-    (which stands for these kernels at their floor)."""
+    the model's bytes per token per layer on one GPU, ``f`` the mean achieved fraction of the
+    profiles, ``BW`` the GPU's peak and ``t_layer`` the fixed per-layer time the preset already
+    prices (which stands for these kernels at their floor)."""
     spec = model.spec
     qk_heads = spec.num_heads + spec.num_kv_heads
     per_token = non_gemm_bytes_per_token(
-        spec.hidden_size, spec.intermediate_size, qk_heads, spec.head_dim, bool(spec.qk_norm)
+        spec.hidden_size,
+        spec.intermediate_size,
+        qk_heads,
+        spec.head_dim,
+        bool(spec.qk_norm),
+        tp,
     )
     fraction = float(np.mean(list(vidur_bandwidth_fractions().values())))
     seconds = (
