@@ -108,3 +108,13 @@ def test_non_gemm_candidate_vanishes_below_the_floor_and_scales_with_bandwidth()
     mean = float(np.mean(list(vidur_bandwidth_fractions().values())))
     expected = spec.num_layers * bytes_per_token / (mean * slow.hbm_bandwidth_bytes_per_s)
     assert np.isclose(per_token_slow, expected)
+
+
+def test_tensor_parallel_ranks_split_only_the_head_and_mlp_wise_operators() -> None:
+    # Every rank normalises and adds the whole hidden state (14·H bytes); rope, the q/k norm
+    # and SiLU-and-mul follow the heads and the MLP, split tp ways.
+    whole = non_gemm_bytes_per_token(5120, 25600, 72, 128, qk_norm=True)
+    replicated = 14 * 5120
+    for tp in (2, 4, 8):
+        shard = non_gemm_bytes_per_token(5120, 25600, 72, 128, qk_norm=True, tp=tp)
+        assert np.isclose(shard - replicated, (whole - replicated) / tp)
