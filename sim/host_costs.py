@@ -177,7 +177,16 @@ class HostCostModel:
         self, forward_s: ArrayLike, graphed: ArrayLike, num_layers: int | None = None
     ) -> FloatArray:
         """Time the GPU waits on eager kernel launches: ``max(0, L·t_launch − T_forward)``
-        (``num_layers``: a draft network's layers instead of the verifier's)."""
+        (``num_layers``: a draft network's layers instead of the verifier's).
+
+        The launches hide behind the GPU's work because they are asynchronous: in vLLM V1 a step
+        above the largest captured size finds no graph key (``CudagraphDispatcher.dispatch``
+        returns ``CUDAGraphMode.NONE``, vllm/v1/cudagraph_dispatcher.py; the EAGLE proposer
+        applies the same ``max_cudagraph_capture_size`` test, vllm/v1/spec_decode/eagle.py), so
+        the torch.compile'd pieces run without a graph, each kernel launched from Python onto the
+        stream while earlier kernels still run; with asynchronous scheduling the host prepares
+        and launches step i+1 while step i executes. The GPU waits only where launching a
+        forward takes longer than running it."""
         forward = np.asarray(forward_s, dtype=np.float64)
         launch = (
             self._eager_launch_s
