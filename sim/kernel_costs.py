@@ -22,12 +22,14 @@ them into the step's operator classes:
   (attention projections, router, lm_head) by the linear roofline.
 
 Each class is used only when its table exists for the GPU (and the TP degree, for all-reduce);
-otherwise the cost model keeps its formula. Every function takes arrays, one entry per step.
+otherwise the cost model keeps its formula, except attention on a GPU of :data:`ATTENTION_FROM`,
+which takes the fits of the same die at its own bandwidth. Every function takes arrays, one entry
+per step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -56,6 +58,14 @@ from sim.moe_kernel import DeepGemmMoeLayer, MoeLayer
 
 FloatArray = NDArray[np.float64]
 
+#: GPUs whose measured attention rows were set aside (tools/kernel_sources.py ``SET_ASIDE``),
+#: priced by the attention fits of the GPU with the same die at their own HBM bandwidth (the
+#: fits' floors and per-head terms unchanged). The H200 is the H100's GH100 (132 SMs) with HBM3e:
+#: where a decode step's floor and per-head terms dominate (up to 511 cached tokens) its own
+#: rows take 0.995x the H100's time on the same keys (median of 15,212 keys, 10-90 %
+#: 0.956-1.026x; ai-dynamo/aiconfigurator@095f58a51c, vLLM 0.19.0 generation_attention_perf).
+ATTENTION_FROM = {"h200": "h100-sxm"}
+
 
 def _optional(build: Any, *args: Any, **kwargs: Any) -> Any:
     """``build(...)``, or None when the GPU has no such table."""
@@ -63,6 +73,20 @@ def _optional(build: Any, *args: Any, **kwargs: Any) -> Any:
         return build(*args, **kwargs)
     except CatalogueError:
         return None
+
+
+def _carried_attention(
+    reference: str, gpu: GPU, kv_dtype: str
+) -> tuple[DecodeAttention | None, PrefillAttention | None]:
+    """The ``reference`` GPU's decode and prefill attention fits at ``gpu``'s own peaks."""
+    decode = _optional(decode_attention, reference, kv_dtype)
+    prefill = _optional(prefill_attention, reference, kv_dtype)
+    if decode is None or prefill is None:
+        return None, None
+    return (
+        replace(decode, hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s),
+        replace(prefill, bf16_dense_flops=gpu.bf16_dense_flops),
+    )
 
 
 @dataclass(frozen=True)
@@ -145,6 +169,9 @@ class KernelCosts:
         if gqa_only and spec.sliding_window is None:
             self._decode = _optional(decode_attention, gpu.name, kv_dtype)
             self._prefill = _optional(prefill_attention, gpu.name, kv_dtype)
+            same_die = ATTENTION_FROM.get(gpu.name)
+            if same_die is not None and self._decode is None and self._prefill is None:
+                self._decode, self._prefill = _carried_attention(same_die, gpu, kv_dtype)
         self._tree: TreeMaskAttention | None = None
         if tree_mask and self._decode is not None and self._prefill is not None:
             self._tree = _optional(tree_mask_attention, gpu.name, kv_dtype)

@@ -12,8 +12,8 @@ kernel (native FP4) keep the dense roofline; weight-only formats (int4 AWQ/GPTQ)
 a bf16 grouped GEMM (Marlin/Triton MoE kernels) and take the bf16 fit with their own bytes, as do
 MXFP4 experts on GPUs without FP4 tensor cores, except under ``engine.moe_kernel: matmul_ogs``
 (the default of the SGLang presets on Hopper): triton_kernels' matmul_ogs, priced by that
-kernel's own measured fit (``mxfp4_matmul_ogs`` in ``sim/data/moe_kernels.yaml``) with MXFP4
-bytes.
+kernel's own measured fit (``mxfp4_matmul_ogs`` in ``sim/data/moe_kernels.yaml``: the GPU's own
+where it measured the kernel, the H200's, else the H100 SXM's fractions of peak) with MXFP4 bytes.
 
 FP8 checkpoints scaled per 128×128 block (DeepSeek-V3, Qwen3-FP8, GLM-4.5-FP8: config.json
 ``weight_block_size``) run the block-scaled kernel (``fp8_block``), the others the per-tensor one.
@@ -101,7 +101,7 @@ def grouped_gemm_layer(
         refusal = matmul_ogs_refusal(model, gpu)
         if refusal:
             raise CatalogueError(refusal)
-        ogs = matmul_ogs_efficiency()
+        ogs = matmul_ogs_efficiency(gpu.name)
     layer = _fused_moe(model, gpu, dtype, tp, ep, ogs)
     if layer is None or dtype != "bf16" or model.weight_precision == "bf16":
         return layer
@@ -110,10 +110,12 @@ def grouped_gemm_layer(
     return replace(layer, weight_s_per_expert=layer.weight_s_per_expert * scale)
 
 
-def matmul_ogs_efficiency() -> MoeEfficiency:
-    """The measured fit of triton_kernels' matmul_ogs with MXFP4 weights (H100 SXM; fractions of
-    peak, carried to the other Hopper GPUs as every fused-MoE fit is)."""
+def matmul_ogs_efficiency(gpu_name: str = REFERENCE_GPU) -> MoeEfficiency:
+    """The measured fit of triton_kernels' matmul_ogs with MXFP4 weights on ``gpu_name``: its own
+    fit where it measured the kernel (``own_fits``: the H200), else the H100 SXM's, whose fractions
+    of peak are carried to the other Hopper GPUs as every fused-MoE fit is."""
     entry = moe_kernels_document()["mxfp4_matmul_ogs"]
+    entry = entry.get("own_fits", {}).get(gpu_name, entry)
     return MoeEfficiency(
         float(entry["bandwidth"]),
         float(entry["flops"]),

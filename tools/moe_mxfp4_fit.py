@@ -3,21 +3,24 @@
 vLLM and SGLang both run gpt-oss's MXFP4 experts on H100/H200 through OpenAI's Triton MoE kernels
 (``matmul_ogs``: bf16 activations times swizzled MXFP4 weights, upcast inside the kernel), not the
 bf16 ``fused_moe`` kernel whose fit prices other weight-only formats. AIConfigurator measured that
-kernel in vLLM 0.24.0 on an H100 for both gpt-oss shapes (H 2880, I 2880, top-4 of 128 or 32
-experts). This fits the fused-MoE roofline of :mod:`sim.moe_kernel` to those rows with the
-machinery of :mod:`tools.kernel_moe` (the collector's own routing counts, soft-L1 least squares on
-log ratios, a 100-resample bootstrap over configurations, each model shape held out in turn), with
-MXFP4's 4.25 bits a weight and the FLOPs at the bf16 peak, and prints the ``mxfp4_matmul_ogs``
-block of ``sim/data/moe_kernels.yaml``. Only deployments of up to 8 GPUs (``moe_tp × moe_ep <= 8``)
-are fitted: those are the ones the catalogue's gpt-oss runs on.
+kernel in vLLM 0.24.0 on an H100 and on an H200 for both gpt-oss shapes (H 2880, I 2880, top-4 of
+128 or 32 experts); each GPU is fitted on its own rows. This fits the fused-MoE roofline of
+:mod:`sim.moe_kernel` to those rows with the machinery of :mod:`tools.kernel_moe` (the collector's
+own routing counts, soft-L1 least squares on log ratios, a 100-resample bootstrap over
+configurations, each model shape held out in turn), with MXFP4's 4.25 bits a weight and the FLOPs
+at the bf16 peak, and prints the ``mxfp4_matmul_ogs`` block of ``sim/data/moe_kernels.yaml``. Only
+deployments of up to 8 GPUs (``moe_tp × moe_ep <= 8``) are fitted: those are the ones the
+catalogue's gpt-oss runs on.
 
-The rows fitted ship as ``tools/data/moe_matmul_ogs_h100_vllm0.24.0.csv`` (:data:`EXTRACT`: the
-medians of the 378 balanced keys, milliseconds, taken unchanged from AIConfigurator's
-``aic-core/src/aiconfigurator_core/systems/data/h100_sxm/moe/vllm/0.24.0/moe_perf.parquet`` at the
-commit of :data:`tools.kernel_sources.COMMIT`, Apache-2.0).
+The rows fitted ship as ``tools/data/moe_matmul_ogs_<system>_vllm0.24.0.csv`` (:data:`EXTRACTS`:
+the medians of the 378 balanced keys, milliseconds, taken unchanged from AIConfigurator's
+``aic-core/src/aiconfigurator_core/systems/data/<system>/moe/vllm/0.24.0/moe_perf.parquet``,
+``<system>`` ``h100_sxm`` or ``h200_sxm``, at the commit of :data:`tools.kernel_sources.COMMIT`,
+Apache-2.0). The H200's rows take 0.98 of the H100's time (median over the keys): the kernel does
+not speed up with the H200's HBM3e, so its fractions of peak are not carried from the H100.
 
-Usage: ``python3 tools/moe_mxfp4_fit.py`` fits the shipped rows;
-``python3 tools/moe_mxfp4_fit.py --extract-from PARQUET`` first rewrites them from that file.
+Usage: ``python3 tools/moe_mxfp4_fit.py [--gpu h200]`` fits the shipped rows of that GPU (default
+h100-sxm); ``--extract-from PARQUET`` first rewrites them from that file.
 """
 
 from __future__ import annotations
@@ -49,9 +52,16 @@ KERNEL_SOURCE = "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"
 MAX_GPUS = 8
 GPU = "h100-sxm"
 
-
-#: The fitted rows, shipped with the project (see the module docstring for their source).
-EXTRACT = Path(__file__).resolve().parent / "data" / "moe_matmul_ogs_h100_vllm0.24.0.csv"
+#: Catalogue GPU -> AIConfigurator's system folder of its rows.
+SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm"}
+#: The fitted rows of each GPU, shipped with the project (the module docstring gives the source).
+EXTRACTS = {
+    gpu: Path(__file__).resolve().parent
+    / "data"
+    / f"moe_matmul_ogs_{system.split('_')[0]}_vllm0.24.0.csv"
+    for gpu, system in SYSTEMS.items()
+}
+EXTRACT = EXTRACTS[GPU]
 
 
 def load_rows(path: Path = EXTRACT) -> pd.DataFrame:
@@ -72,10 +82,11 @@ def extract_rows(parquet: Path) -> pd.DataFrame:
     return rows.groupby(KEY, as_index=False).latency.median()
 
 
-def roofline(rows: pd.DataFrame) -> Roofline:
-    """The rows' bytes and FLOPs terms: MXFP4 weights of the experts the collector touched, bf16
-    activations (:func:`sim.moe_kernel.moe_activation_bytes`), FLOPs at the bf16 peak."""
-    spec = get_gpu(GPU)
+def roofline(rows: pd.DataFrame, gpu: str = GPU) -> Roofline:
+    """The rows' bytes and FLOPs terms on ``gpu``'s peaks: MXFP4 weights of the experts the
+    collector touched, bf16 activations (:func:`sim.moe_kernel.moe_activation_bytes`), FLOPs at
+    the bf16 peak."""
+    spec = get_gpu(gpu)
     weight_bytes = WEIGHT_FORMATS["mxfp4"].bytes_per_weight
     t = rows.num_tokens.to_numpy(dtype=np.float64)
     k = rows.topk.to_numpy()
@@ -97,21 +108,22 @@ def roofline(rows: pd.DataFrame) -> Roofline:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gpu", choices=sorted(SYSTEMS), default=GPU)
     parser.add_argument(
         "--extract-from",
         type=Path,
-        help=f"AIConfigurator's h100_sxm/{REL}.parquet: rewrite the shipped rows from it first",
+        help=f"AIConfigurator's <system>/{REL}.parquet: rewrite the GPU's rows from it first",
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.extract_from is not None:
-        extract_rows(args.extract_from).to_csv(EXTRACT, index=False)
-    rows = load_rows()
+        extract_rows(args.extract_from).to_csv(EXTRACTS[args.gpu], index=False)
+    rows = load_rows(EXTRACTS[args.gpu])
     folds = rows.num_experts.astype("category").cat.codes.to_numpy()
-    fitted = fit_kernel(roofline(rows), folds, args.seed)
+    fitted = fit_kernel(roofline(rows, args.gpu), folds, args.seed)
     params, ci = written(fitted, NAMES)
     print(f"# {len(rows)} keys, shapes (experts): {sorted(rows.num_experts.unique())}")
-    print(f"source: {REPOSITORY}@{COMMIT[:10]}: .../h100_sxm/{REL}.parquet")
+    print(f"source: {REPOSITORY}@{COMMIT[:10]}: .../{SYSTEMS[args.gpu]}/{REL}.parquet")
     for name, value in params.items():
         print(f"{name}: {value}")
     print(f"ci95: {ci}")
