@@ -14,7 +14,9 @@ Where a row's arms are measured:
 * the SpecDrift cards print both arms' output tok/s: the baseline is its own validation row
   (``...-baseline-bs<B>``), the speculative arm is the baseline times the row's ratio;
 * for DeepSeek-V3 MTP only batch 1 has arms, from the pull request the documentation's figure
-  comes from (:data:`MTP_PR_BS1`); batch 32 has the ratio alone.
+  comes from (:data:`MTP_PR_BS1`); batch 32 has the ratio alone;
+* a row without speculation (the plain DeepSeek-V3 decode of SGLang v0.4.1.post2, one fixed
+  batch of 1, 8 or 32) is its own measured arm, printed alone.
 
 ``step implied`` is the mean decode step that would give the measured throughput with the same
 steps (mean step x predicted / measured): the harness (prompts, turns, drain) is simulated as
@@ -46,6 +48,9 @@ ROWS = (
     "moe-specdrift-gpt-oss-20b-eagle3-bs1",
     "moe-sglang-docs-deepseek-v3-mtp-bs1",
     "moe-sglang-docs-deepseek-v3-mtp-bs32",
+    "moe-sglang-v041-deepseek-v3-bs1",
+    "moe-sglang-v041-deepseek-v3-bs8",
+    "moe-sglang-v041-deepseek-v3-bs32",
 )
 #: sgl-project/sglang PR #3582 (2025-02-14, "Support NextN (MTP) speculative decoding for
 #: DeepSeek-V3/R1", merged for v0.4.3): "1.76x speed up ... 77 token/s output throughput on batch
@@ -115,8 +120,11 @@ def main() -> None:
     print("|---|---|" + "---:|" * 15)
     for row_id in args.rows.split(","):
         point = points[row_id]
-        base_tok_s, spec_tok_s = measured_arms(point, points)
-        arms = (arm(point, "none", base_tok_s), arm(point, point.method, spec_tok_s))
+        if point.method == "none":
+            arms: tuple[dict[str, Any], ...] = (arm(point, "none", point.measured),)
+        else:
+            base_tok_s, spec_tok_s = measured_arms(point, points)
+            arms = (arm(point, "none", base_tok_s), arm(point, point.method, spec_tok_s))
         for r in arms:
             error = None if r["measured"] is None else r["predicted"] / r["measured"] - 1
             stated = stated_acceptance(point) if r["method"] != "none" else None
@@ -129,6 +137,8 @@ def main() -> None:
                 f"{r['experts']:.1f} | {r['acceptance']:.3f} ({_fmt(stated, '.3g')}) |",
                 flush=True,
             )
+        if len(arms) == 1:
+            continue
         ratio = arms[1]["predicted"] / arms[0]["predicted"]
         print(
             f"| {row_id} | speedup | {ratio:.3f} | {point.measured:.3f} | "

@@ -10,6 +10,9 @@ fitted on it). Three kinds:
   runs on the deployment the source's columns describe (:func:`layout_of`) and as the source's
   harness sent its requests (``AIC_ROUNDS``);
 * the SGLang DeepSeek-V3 MTP speedups its documentation quotes (H200 TP8, batch 1 and 32);
+* the plain DeepSeek-V3 decode of the same engine era: SGLang v0.4.1.post2's release figures
+  (one fixed batch of 1, 8 and 32 through ``bench_one_batch_server``, 8 x H200) and the batch-1
+  decode step of January 2025's main (``bench_one_batch``, sgl-project/sglang PR #3232);
 * the gpt-oss-120b EAGLE-3 throughput and speedups of a published drafter's model card (SGLang,
   one H100, batch 1/8/64).
 
@@ -83,6 +86,45 @@ SPECDRIFT_HARNESS = (
     "run_batch, num_threads = batch size); answers 846 tokens each, the mean of the same "
     "harness's gpt-oss-20b baseline (444.05 s x 304.93 tok/s / 160 answers; no gpt-oss-120b "
     "figure published); prompt ~100 tokens"
+)
+
+SGLANG_V041 = (
+    "sgl-project/sglang PR #2643 'chore: bump v0.4.1.post2' (2024-12-29), TLDR 'Using CUDA Graph "
+    "and FP8 GEMM Tuning': DeepSeek-V3, batch {batch}, input 128, output 256: {value} token/s"
+)
+#: The release's three fixed-batch points: batch, output tok/s.
+SGLANG_V041_ROWS = ((1, "30.29"), (8, "206.32"), (32, "760.52"))
+SGLANG_V041_PROMPT = 128
+SGLANG_V041_OUTPUT = 256
+#: The harness the figures' wording is the output of (``batch N, input I, output O``, "token/s"):
+#: sgl-project/sglang python/sglang/bench_one_batch_server.py of early 2025 (read @ 00b08c49,
+#: run_one_case) sends the whole batch as one /generate request (random token ids, temperature
+#: 0, max_new_tokens = output, ignore_eos) and reports batch x output / the request's wall time:
+#: prefill of the batch, every decode step and the HTTP round trip in one interval, the
+#: warm-up batch (16 x 1024/16) before it left out.
+SGLANG_V041_HARNESS = (
+    "harness: bench_one_batch_server (one /generate request carrying the whole batch, "
+    "ignore_eos; output throughput = batch x 256 / the request's wall time, prefill and every "
+    "decode step inside it): simulated as {batch} closed-loop clients sending {batch} requests "
+    "at once, throughput over the run; GPU and parallelism not printed with the figures: 8 x "
+    "H200 at TP 8, the setup the v0.4.1 release names for DeepSeek-V3 (sgl-project/sglang "
+    "issue #2587); the PR's printed launch command (its ShareGPT run) adds "
+    "--enable-dp-attention, not simulated: the batch points' own command is not printed"
+)
+
+SGLANG_PR3232 = (
+    "sgl-project/sglang PR #3232 'Fix block wise fp8 torch compile' (2025-01-31, released in "
+    "v0.4.2.post1), description: python3 -m sglang.bench_one_batch --batch-size 1 --input 128 "
+    "--output 256 --model deepseek-ai/DeepSeek-V3 --trust-remote-code --tp 8 (no torch.compile): "
+    "'Decode. median latency: 0.02719 s, median throughput: 36.78 token/s' (the benchmark run, "
+    "after the warm-up run's 0.02711 s)"
+)
+SGLANG_PR3232_NOTES = (
+    "harness: bench_one_batch (python/sglang/bench_one_batch.py: one in-process batch, no "
+    "server; the median over the decode steps of each step's wall time, host included, CUDA "
+    "graph on by default): simulated as one request of 128/256 tokens, its TPOT's median; GPU "
+    "not printed: H200 taken, the GPU of the same author's MTP pull request two weeks later "
+    "(sgl-project/sglang PR #3582, 8 x H200)"
 )
 
 
@@ -232,26 +274,18 @@ def vllm_preset(row: dict[str, str]) -> str:
 
 
 def quoted(row_of: Callable[..., dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """DeepSeek-V3 MTP and gpt-oss-120b EAGLE-3 serving points quoted with their sources."""
+    """DeepSeek-V3 MTP and gpt-oss-120b EAGLE-3 serving points quoted with their sources, and
+    the plain DeepSeek-V3 decode of the MTP rows' engine era."""
     for batch, speedup in ((1, 1.8), (32, 1.5)):
         yield row_of(
             point_id=f"moe-sglang-docs-deepseek-v3-mtp-bs{batch}",
-            source_group=GROUP,
             engine="SGLang (2025 docs)",
             # The docs quote the SGLang of February 2025 (the MTP pull request, sgl-project/sglang
             # #3582, merged for v0.4.3): the synchronous spec v1 worker, as `sglang-0.4` runs it.
-            preset="sglang-0.4",
-            model="deepseek-v3",
-            gpu="h200",
-            num_gpus=8,
-            precision="fp8",
-            method="mtp",
+            **sglang_deepseek_common(batch, "mtp"),
             num_speculative_tokens=1,
-            arrival="closed_loop",
-            concurrency=batch,
             prompt_tokens=256,
             output_tokens=256,
-            dataset="random",
             num_requests=4 * batch,
             quantity="speedup",
             statistic="ratio",
@@ -261,6 +295,37 @@ def quoted(row_of: Callable[..., dict[str, Any]]) -> Iterator[dict[str, Any]]:
             notes="prompt and output lengths not stated: 256/256 simulated; decode speedup as "
             "quoted (one significant figure past the point)",
         )
+    # The engine era of the MTP rows (v0.4.1-v0.4.3: triton MLA decode, block-FP8 triton GEMMs
+    # and fused MoE, the synchronous scheduler), as `sglang-0.4` runs it.
+    for batch, value in SGLANG_V041_ROWS:
+        yield row_of(
+            point_id=f"moe-sglang-v041-deepseek-v3-bs{batch}",
+            engine="SGLang v0.4.1.post2",
+            **sglang_deepseek_common(batch, "none"),
+            prompt_tokens=SGLANG_V041_PROMPT,
+            output_tokens=SGLANG_V041_OUTPUT,
+            num_requests=batch,
+            quantity="output_tok_s",
+            statistic="mean",
+            measured=value,
+            unit="tok/s",
+            source=SGLANG_V041.format(batch=batch, value=value),
+            notes=SGLANG_V041_HARNESS.format(batch=batch),
+        )
+    yield row_of(
+        point_id="moe-sglang-pr3232-deepseek-v3-bs1",
+        engine="SGLang main of 2025-01-31 (v0.4.2.post1)",
+        **sglang_deepseek_common(1, "none"),
+        prompt_tokens=SGLANG_V041_PROMPT,
+        output_tokens=SGLANG_V041_OUTPUT,
+        num_requests=1,
+        quantity="tpot_ms",
+        statistic="p50",
+        measured="27.19",
+        unit="ms",
+        source=SGLANG_PR3232,
+        notes=SGLANG_PR3232_NOTES,
+    )
     for model, batch, base, spec, accept, source in SPECDRIFT_ROWS:
         common = specdrift_common(model, batch, source)
         yield row_of(
@@ -285,6 +350,23 @@ def quoted(row_of: Callable[..., dict[str, Any]]) -> Iterator[dict[str, Any]]:
             f"4 draft tokens); {SPECDRIFT_HARNESS}",
             **common,
         )
+
+
+def sglang_deepseek_common(batch: int, method: str) -> dict[str, Any]:
+    """The columns SGLang's DeepSeek-V3 rows of early 2025 share: FP8 on 8 x H200 at TP 8 on the
+    ``sglang-0.4`` preset, ``batch`` clients at once on random prompts."""
+    return dict(
+        source_group=GROUP,
+        preset="sglang-0.4",
+        model="deepseek-v3",
+        gpu="h200",
+        num_gpus=8,
+        precision="fp8",
+        method=method,
+        arrival="closed_loop",
+        concurrency=batch,
+        dataset="random",
+    )
 
 
 def specdrift_common(model: str, batch: int, source: str) -> dict[str, Any]:
