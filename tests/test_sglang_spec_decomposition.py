@@ -88,5 +88,9 @@ def test_a_plain_row_prints_its_one_arm(
     assert len(lines) == 1
     cells = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert cells[1] == "none" and float(cells[3]) == pytest.approx(POINTS[row].measured, abs=0.05)
-    error = float(cells[2].replace(",", "")) / POINTS[row].measured - 1
-    assert cells[4] == f"{error:+.1%}"
+    # The printed prediction is rounded to 0.1 tok/s and the error is computed before rounding,
+    # so the error read back from the printed prediction may differ by that rounding.
+    measured = POINTS[row].measured
+    error = float(cells[2].replace(",", "")) / measured - 1
+    printed = float(cells[4].rstrip("%")) / 100
+    assert printed == pytest.approx(error, abs=0.05 / measured + 0.0005)
