@@ -4,6 +4,7 @@ attention with the H100's fits (same GH100 die) at the H200's own bandwidth."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from sim import kernels
 from sim.catalogue import get_gpu, get_model
 from sim.efficiency import load_efficiency
+from sim.errors import CatalogueError
 from sim.kernel_costs import ATTENTION_FROM, KernelCosts
 
 
@@ -20,24 +22,30 @@ def _kernel_costs(gpu: str, tp: int = 8) -> KernelCosts:
     return KernelCosts(get_model("llama-3.1-70b"), get_gpu(gpu), tp, load_efficiency(gpu))
 
 
-def test_the_set_aside_tables_are_read_as_not_collected() -> None:
+def test_the_set_aside_tables_are_read_as_not_collected(tmp_path: Path) -> None:
     # Nothing of them is fitted, whatever the data folder holds: the reader stops at the rule.
-    from pathlib import Path
-
-    from tools.kernel_sources import SET_ASIDE, read_table
+    # Every table of the GPU is written, readable and of the right device; only the set-aside
+    # ones come back as not collected.
+    from tools.kernel_sources import GPUS, LOCAL_ROOT, SET_ASIDE, TABLES, read_table
 
     assert {name for gpu, name in SET_ASIDE if gpu == "h200"} == {
         "decode_attention",
         "prefill_attention",
     }
-    for gpu, name in SET_ASIDE:
-        assert read_table(Path("/nonexistent"), gpu, name) is None
+    folder, _, device = GPUS["h200"]
+    for rel in TABLES.values():
+        path = tmp_path / LOCAL_ROOT / folder / f"{rel}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"device,latency\n{device},1.0\n", encoding="utf-8")
+    for name in TABLES:
+        read = read_table(tmp_path, "h200", name)
+        assert (read is None) == (("h200", name) in SET_ASIDE), name
 
 
 def test_the_h200_file_gives_the_reason_its_attention_is_not_fitted() -> None:
-    with pytest.raises(Exception, match="collected but set aside: at 8,191 cached tokens"):
+    with pytest.raises(CatalogueError, match="collected but set aside: at 8,191 cached tokens"):
         kernels.decode_attention("h200", "fp8")
-    with pytest.raises(Exception, match="collected but set aside: 5,801 of the 18,716"):
+    with pytest.raises(CatalogueError, match="collected but set aside: 5,801 of the 18,716"):
         kernels.prefill_attention("h200", "bf16")
 
 
