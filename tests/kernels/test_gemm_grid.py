@@ -156,3 +156,37 @@ def test_a_calibrated_efficiency_prices_the_linear_layers_instead_of_the_grid() 
     assert cost.breakdown(StepShape(tokens, tokens, tokens, tokens, tokens))[
         "linear_s"
     ] == pytest.approx(cost.linear_s(tokens, tokens))
+
+
+_latencies = st.lists(st.floats(1e-6, 1e-2), min_size=1, max_size=12)
+
+
+@given(_latencies)
+def test_the_monotone_fit_is_the_least_squares_order_in_log_time(readings: list[float]) -> None:
+    """Pool-adjacent-violators on log latency (Barlow et al. 1972): the result never falls with m,
+    lies between the running minimum from the top and the running maximum from the bottom (it
+    moves a slow reading down and a fast one up, never past the readings it pools), keeps the
+    geometric mean of the readings (a least-squares fit keeps the sum of what it fits), and
+    leaves readings that already rise untouched."""
+    from tools.kernel_gemm_grid import monotone_in_m
+
+    cube = np.array(readings).reshape(-1, 1, 1)
+    fitted = monotone_in_m(cube)[:, 0, 0]
+    x = cube[:, 0, 0]
+    assert np.all(np.diff(fitted) >= -1e-15 * fitted[1:])
+    upper = np.maximum.accumulate(x)
+    lower = np.minimum.accumulate(x[::-1])[::-1]
+    assert np.all(fitted <= upper * (1 + 1e-9)) and np.all(fitted >= lower * (1 - 1e-9))
+    assert np.sum(np.log(fitted)) == pytest.approx(np.sum(np.log(x)), rel=1e-9, abs=1e-9)
+    rising = np.sort(x)
+    np.testing.assert_allclose(monotone_in_m(rising.reshape(-1, 1, 1))[:, 0, 0], rising)
+
+
+def test_a_slow_reading_between_faster_ones_meets_them_in_the_middle() -> None:
+    # 10, 12, 9, 9 us: the running maximum would give 10, 12, 12, 12; the order-restricted fit
+    # pools the last three to their geometric mean (12 * 9 * 9) ** (1/3) = 9.905 us, which lies
+    # below the first reading, so all four pool: (10 * 12 * 9 * 9) ** (1/4) = 9.928 us.
+    from tools.kernel_gemm_grid import monotone_in_m
+
+    fitted = monotone_in_m(np.array([10.0, 12.0, 9.0, 9.0]).reshape(-1, 1, 1))[:, 0, 0]
+    np.testing.assert_allclose(fitted, np.full(4, (10 * 12 * 9 * 9) ** 0.25), rtol=1e-12)
