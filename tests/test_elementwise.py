@@ -157,3 +157,16 @@ def test_the_compiled_evaluator_prices_the_term_as_the_python_path() -> None:
     assert np.array_equal(parts["linear_s"], expected["linear_s"])
     assert np.array_equal(total, expected_total)
     assert float(core.cost_model.elementwise_s(4096.0)) > 0.0
+
+
+def test_the_time_per_token_scales_with_the_gpus_bandwidth() -> None:
+    """Bandwidth-bound: above the floor, a token costs in inverse ratio to the GPU's peak."""
+    model = get_model("qwen3-32b")
+    slow, fast = get_gpu("h100-sxm-94gb"), get_gpu("h100-sxm")
+    tokens = np.array([3000.0, 4000.0])
+    per_token = [
+        float(np.diff(ElementwiseCost(model, gpu, 1, 2.8e-5).seconds(tokens))[0]) / 1000.0
+        for gpu in (slow, fast)
+    ]
+    ratio = fast.hbm_bandwidth_bytes_per_s / slow.hbm_bandwidth_bytes_per_s
+    assert per_token[0] / per_token[1] == pytest.approx(ratio, rel=1e-12)
