@@ -1,58 +1,36 @@
-"""``specsim validate`` with the elementwise-operator candidate added to every dense target.
+"""``specsim validate`` without the elementwise-operator term, to set beside a plain run.
 
-A what-if, not the model: the candidate of ``benchmarks.sweep_step_decomposition`` (the
-decoder's RMSNorms, rotary embedding, SiLU-and-mul and residual add priced by the bytes they
-move at the bandwidth Vidur's H100 profiles imply, above the preset's fixed per-layer time) is
-added to the linear-layer time of every cost model of a dense, full-attention GQA model on one
-attention group, on whatever GPU and at whatever tensor-parallel degree (norms and adds on every
-rank, the head- and MLP-wise operators split). MoE, MLA and linear-attention models and
-multi-group layouts are left as they are. The output is the command's own. Usage::
+The cost model prices the decoder's RMSNorms, rotary embedding, SiLU-and-mul and residual add by
+the bytes each token moves (:mod:`sim.elementwise`, docs/cost-model.md). This runs the same
+command with that term set to zero on every step path (the Python breakdown and the compiled
+evaluator's tables both read :meth:`StepCostModel.elementwise_s`), every other fitted value as
+packaged: the difference between the two outputs is the term's share at the current fit, not
+the model before the term (whose host terms were fitted without it). Usage::
 
     python -m benchmarks.non_gemm_validate [--regime REGIME ...] [--json]
 
-It prints ``specsim validate``'s tables (and exits with its status) so that they can be set
-beside a plain run's.
+It prints ``specsim validate``'s tables and exits with its status.
 """
 
 from __future__ import annotations
 
 import runpy
 import sys
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
-from benchmarks.sweep_step_decomposition import non_gemm_s
 from sim.cost_model import StepCostModel
 
 
-def _applies(model: StepCostModel) -> bool:
-    spec = model.model.spec
-    dense_gqa = spec.num_experts <= 1 and spec.attention == "gqa"
-    return dense_gqa and not spec.num_linear_attention_layers and model._parallel is None
+def _without(self: StepCostModel, num_tokens: ArrayLike) -> NDArray[np.float64]:
+    """No elementwise time: zeros shaped as the tokens."""
+    del self
+    return np.zeros_like(np.asarray(num_tokens, dtype=np.float64))
 
 
 def main() -> None:
-    original = StepCostModel.__init__
-
-    def init(self: StepCostModel, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if not _applies(self):
-            return
-        model, gpu, tp = self.model, self.gpu, self.tp
-        per_layer_s = self.host_costs.per_layer_overhead_s
-
-        def extra(num_tokens: Any) -> np.ndarray:
-            return non_gemm_s(model, gpu, per_layer_s, num_tokens, tp)
-
-        linear = self.linear_s
-        self.linear_s = lambda n, n_logits: linear(n, n_logits) + extra(n)  # type: ignore[method-assign]
-        kernels = self._kernels
-        if kernels is not None and kernels.prices_linear:
-            measured = kernels.linear_s
-            kernels.linear_s = lambda n, n_logits: measured(n, n_logits) + extra(n)  # type: ignore[method-assign]
-
-    StepCostModel.__init__ = init  # type: ignore[method-assign]
+    StepCostModel.elementwise_s = _without  # type: ignore[method-assign]
     sys.argv = ["specsim", "validate", *sys.argv[1:]]
     runpy.run_module("specsim", run_name="__main__")
 

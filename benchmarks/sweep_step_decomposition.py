@@ -3,7 +3,9 @@
 The sweep (source group ``vllm-sweep-tomasruizt``, docs/validation.md) over-predicts output
 throughput from 128 clients on, in both arms. This prints, for each client count and arm (no
 speculation, EAGLE-3 at k = 1, 3, 5), the simulated output throughput against the logged one and
-the mean step split into the cost model's terms, with the step's shape: sequences and tokens
+the mean step split into the cost model's terms (``elementwise``: the decoder's elementwise
+operators, :mod:`sim.elementwise`, the share of ``linear`` they take at each step's tokens before
+CUDA-graph padding), with the step's shape: sequences and tokens
 per step, prefill tokens, steps above vLLM's largest captured size (512 tokens: these launch
 eagerly), preemptions and the prefill tokens recomputed after them; and the sequences running
 and the share of the KV pool in use beside what the server logged (``LOGGED_RUNNING_KV``). Two
@@ -12,18 +14,11 @@ unpriced candidates are sized beside the miss, neither applied to the model:
 * ``eager``: the target's eager launch time (``eager_launch_s_per_layer`` x layers) on every
   step above the captured size, as if the launch were not hidden behind the forward;
 * ``cpu``: the per-sequence CPU work (``per_sequence_overhead_s`` x sequences) that asynchronous
-  scheduling hides in the model, as if it showed in full;
-* ``non-GEMM``: the decoder's elementwise operators (RMSNorms, rotary embedding, SiLU-and-mul,
-  residual add) that the cost model prices only as a fixed time per layer: their bytes per token
-  at the bandwidth Vidur measured them at on an H100 SXM (``VIDUR_NON_GEMM``), scaled to the
-  GPU's peak, above the preset's fixed per-layer time (:func:`non_gemm_s`).
+  scheduling hides in the model, as if it showed in full.
 
 ``--eager-launch added`` reruns the rows with the first candidate applied (a what-if, not the
 model: every step above the captured size pays the launch time in full instead of
 ``max(0, launch - forward)``, :meth:`sim.host_costs.HostCostModel.launch_stall_s`).
-
-``--non-gemm added`` reruns the rows with the third candidate added to the target's linear
-layers (a what-if, not the model).
 
 ``--capture-sizes spec-rounded`` reruns the speculative arms with vLLM's capture list for
 speculative decoding (a what-if; the cost model keeps the plain list): every size rounded up to a
@@ -35,7 +30,7 @@ v0.14.0, called by gpu_model_runner.py with ``uniform_decode_query_len`` = k + 1
 equal the logged one with the same steps (mean step x (predicted / measured - 1)). Usage::
 
     python -m benchmarks.sweep_step_decomposition [--clients 64,128,256] [--k 0,1,3,5]
-        [--eager-launch hidden|added] [--non-gemm hidden|added]
+        [--eager-launch hidden|added]
         [--capture-sizes default|spec-rounded]
 
 ``--k 0`` is the arm without speculation. Exit status 0: a diagnostic, not a gate.
@@ -52,8 +47,9 @@ from typing import Any
 
 import numpy as np
 
-from sim.catalogue import GPU, Model, get_gpu, get_model
+from sim.catalogue import get_gpu, get_model
 from sim.cost_model import StepCostModel
+from sim.elementwise import BANDWIDTH_FRACTION, FRACTION_INTERVAL, ElementwiseCost
 from sim.host_costs import HostCostModel, capture_sizes, load_host_profile
 from sim.run import run_scenario
 from sim.validation.points import load_points
@@ -99,75 +95,6 @@ LOGGED_RUNNING_KV = {
     (5, 256): (172.2, 97.5),
 }
 TERMS = ("fixed_s", "linear_s", "attention_s", "sampling_s", "draft_s")
-#: Vidur's H100 SXM profiles (microsoft/vidur @ 7d47513, data/profiling/compute/h100/<model>/
-#: mlp.csv, MIT; one GPU): the per-layer time of the operators besides the GEMMs and attention
-#: (sum of the medians of input_layernorm, attn_rope, post_attention_layernorm, mlp_act and add)
-#: is flat at 0.019-0.036 ms up to ~256 tokens, then grows linearly. Per model: the slope in µs
-#: per token per layer (least squares over the profile's 131 rows from 1,024 to 4,096 tokens),
-#: hidden size, MLP size, query + KV heads, head size (all 128).
-VIDUR_NON_GEMM = {
-    "Llama-2-7b-hf": (0.10060, 4096, 11008, 32 + 32, 128),
-    "internlm-20b": (0.12508, 5120, 13824, 40 + 40, 128),
-    "CodeLlama-34b-Instruct-hf": (0.16841, 8192, 22016, 64 + 8, 128),
-    "Llama-2-70b-hf": (0.18763, 8192, 28672, 64 + 8, 128),
-    "Qwen-72B": (0.19403, 8192, 24576, 64 + 64, 128),
-}
-#: The GPU Vidur profiled: the catalogue's H100 SXM (HBM3).
-VIDUR_GPU = "h100-sxm"
-
-
-def non_gemm_bytes_per_token(
-    hidden: int,
-    intermediate: int,
-    qk_heads: int,
-    head_dim: int,
-    qk_norm: bool = False,
-    tp: int = 1,
-) -> float:
-    """bf16 bytes one token moves through one layer's elementwise operators on one GPU: two
-    RMSNorms (read and write ``H``), the residual add (read ``2H``, write ``H``), rotary
-    embedding in place on q and k (read and write ``(n_q + n_kv)·d``), SiLU-and-mul (read
-    ``2I``, write ``I``), and Qwen3's q/k RMSNorm when present (read and write q and k again).
-    Under tensor parallelism every rank normalises and adds the whole hidden state while the
-    head- and MLP-wise operators are split ``tp`` ways (Megatron-LM sharding)."""
-    qk = qk_heads * head_dim
-    sharded = 2 * qk + 3 * intermediate + (2 * qk if qk_norm else 0)
-    return 2 * (7 * hidden + sharded / tp)
-
-
-def vidur_bandwidth_fractions() -> dict[str, float]:
-    """Each profile's achieved bandwidth over its GPU's peak: bytes per token over the slope."""
-    peak = get_gpu(VIDUR_GPU).hbm_bandwidth_bytes_per_s
-    return {
-        name: non_gemm_bytes_per_token(h, i, qk, d) / (slope * 1e-6) / peak
-        for name, (slope, h, i, qk, d) in VIDUR_NON_GEMM.items()
-    }
-
-
-def non_gemm_s(
-    model: Model, gpu: GPU, per_layer_s: float, num_tokens: Any, tp: int = 1
-) -> np.ndarray:
-    """The candidate: ``max(0, N·L·b/(f·BW) − L·t_layer)`` seconds for ``N`` tokens, with ``b``
-    the model's bytes per token per layer on one GPU, ``f`` the mean achieved fraction of the
-    profiles, ``BW`` the GPU's peak and ``t_layer`` the fixed per-layer time the preset already
-    prices (which stands for these kernels at their floor)."""
-    spec = model.spec
-    qk_heads = spec.num_heads + spec.num_kv_heads
-    per_token = non_gemm_bytes_per_token(
-        spec.hidden_size,
-        spec.intermediate_size,
-        qk_heads,
-        spec.head_dim,
-        bool(spec.qk_norm),
-        tp,
-    )
-    fraction = float(np.mean(list(vidur_bandwidth_fractions().values())))
-    seconds = (
-        np.asarray(num_tokens, dtype=np.float64)
-        * per_token
-        / (fraction * gpu.hbm_bandwidth_bytes_per_s)
-    )
-    return np.maximum(0.0, spec.num_layers * (seconds - per_layer_s))
 
 
 def _row(
@@ -215,8 +142,12 @@ def _row(
         "miss_ms": 1e3 * mean_step * (predicted / measured - 1.0),
         "eager_ms": 1e3 * launch_s * float(eager.mean()),
         "cpu_ms": 1e3 * per_seq_s * float(steps["num_seqs"].mean()),
-        "non_gemm_ms": 1e3
-        * float(non_gemm_s(get_model("qwen3-32b"), get_gpu(QWEN_GPU), per_layer_s, tokens).mean()),
+        "elementwise_ms": 1e3
+        * float(
+            ElementwiseCost(get_model("qwen3-32b"), get_gpu(QWEN_GPU), 1, per_layer_s)
+            .seconds(tokens)
+            .mean()
+        ),
     }
 
 
@@ -228,33 +159,6 @@ def _launch_added(
     launch = self.costs.eager_launch_s_per_layer * layers
     shape = np.shape(np.asarray(forward_s, dtype=np.float64))
     return np.where(np.asarray(graphed, dtype=bool), 0.0, np.full(shape, launch))
-
-
-@contextmanager
-def _non_gemm_added(per_layer_s: float) -> Iterator[None]:
-    """The what-if: the target's linear layers also pay the non-GEMM candidate each step."""
-    original: Callable[..., None] = StepCostModel.__init__
-
-    def init(self: StepCostModel, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if self.model.name != "qwen3-32b" or self._kernels is None:
-            return
-        if self._kernels.prices_linear:
-            raise RuntimeError("the what-if adds to the roofline's linear_s, not a measured grid")
-        linear = self.linear_s
-        model, gpu = self.model, self.gpu
-
-        def linear_s(num_tokens: Any, num_logit_tokens: Any) -> Any:
-            extra = non_gemm_s(model, gpu, per_layer_s, num_tokens)
-            return linear(num_tokens, num_logit_tokens) + extra
-
-        self.linear_s = linear_s  # type: ignore[method-assign]
-
-    StepCostModel.__init__ = init  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        StepCostModel.__init__ = original  # type: ignore[method-assign]
 
 
 def spec_rounded_sizes(sizes: Any, query_len: int, largest: int) -> list[int]:
@@ -299,7 +203,6 @@ def main() -> None:
     parser.add_argument("--clients", default="64,128,256")
     parser.add_argument("--k", default="0,1,3,5")
     parser.add_argument("--eager-launch", choices=("hidden", "added"), default="hidden")
-    parser.add_argument("--non-gemm", choices=("hidden", "added"), default="hidden")
     parser.add_argument("--capture-sizes", choices=("default", "spec-rounded"), default="default")
     args = parser.parse_args()
     if args.eager_launch == "added":
@@ -308,11 +211,10 @@ def main() -> None:
     layers = get_model("qwen3-32b").spec.num_layers
     launch_s = costs.eager_launch_s_per_layer * layers
     per_layer_s = costs.per_layer_overhead_s
-    fractions = vidur_bandwidth_fractions()
+    low, high = FRACTION_INTERVAL
     print(
-        "non-GEMM candidate: achieved fraction of peak bandwidth in Vidur's H100 profiles "
-        + ", ".join(f"{name} {f:.3f}" for name, f in fractions.items())
-        + f"; mean {np.mean(list(fractions.values())):.3f}"
+        "elementwise operators: achieved fraction of peak bandwidth "
+        f"{BANDWIDTH_FRACTION:.3f} ({low:.3f}-{high:.3f} over Vidur's five H100 profiles)"
     )
     started = time.perf_counter()
     print(
@@ -320,7 +222,7 @@ def main() -> None:
         "TPOT ms (measured) | step ms | fixed | linear | "
         "attention | sampling | draft | seqs/step | tokens/step | prefill tok/step | "
         "eager steps | preemptions | recomputed tok | miss/step ms | eager ms | cpu ms | "
-        "non-GEMM ms | "
+        "elementwise ms | "
         "running (logged) | KV used % (logged) |"
     )
     print("|" + "---:|" * 25)
@@ -331,8 +233,6 @@ def main() -> None:
                 if args.capture_sizes == "spec-rounded" and k > 0:
                     largest = spec_rounded_sizes(capture_sizes(largest), k + 1, largest)[-1]
                     stack.enter_context(_spec_rounded_capture(k))
-                if args.non_gemm == "added":
-                    stack.enter_context(_non_gemm_added(per_layer_s))
                 r = _row(clients, k, launch_s, costs.per_sequence_overhead_s, per_layer_s, largest)
             ttft, tpot = r["measured_ttft_tpot"]
             logged_running, logged_kv = r["logged_running_kv"]
@@ -344,7 +244,7 @@ def main() -> None:
                 f"{r['draft_s']:.1f} | {r['seqs']:.0f} | {r['tokens']:.0f} | {r['prefill']:.0f} | "
                 f"{100 * r['eager']:.0f}% | {r['preemptions']} | {r['recomputed']:,} | "
                 f"{r['miss_ms']:.1f} | {r['eager_ms']:.1f} | {r['cpu_ms']:.1f} | "
-                f"{r['non_gemm_ms']:.1f} | "
+                f"{r['elementwise_ms']:.1f} | "
                 f"{r['running']:.0f} ({logged_running:.0f}) | "
                 f"{100 * r['kv_used']:.0f} ({logged_kv:.0f}) |",
                 flush=True,

@@ -13,6 +13,10 @@
   each ``α(TP) + 2·(TP−1)/TP · bytes / busbw`` (ring cost, Patarasuk & Yuan 2009);
 * sampling: logits are written and read in fp32 a few times (softmax, top-k/p, rejection), a
   bandwidth-bound pass over ``N_logits · V`` elements;
+* the elementwise operators (RMSNorms, rotary embedding, SiLU-and-mul, residual add):
+  ``L·max(0, N·b/(f·BW) − t_layer)`` above the preset's fixed per-layer time, bandwidth-bound
+  at the fraction Vidur's H100 profiles achieve (:mod:`sim.elementwise`); priced inside
+  ``linear_s`` (:meth:`StepCostModel.elementwise_s` gives its share);
 * a fixed per-step engine overhead plus a per-sequence part (CPU scheduling, input preparation and
   launch the GPU does not hide), from the engine preset.
 
@@ -28,6 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from sim.catalogue import GPU, Model
+from sim.elementwise import ElementwiseCost
 from sim.host_costs import HostCostModel, HostCosts
 from sim.linear_attention import state_s_per_seq
 from sim.parallel import Layout
@@ -192,6 +197,11 @@ class StepCostModel:
             self._parallel = ParallelStepCost(model, gpu, layout, efficiency, moe_kernel)
             self._kernels = None
         self.cpu_overlap = base.cpu_overlap if cpu_overlap is None else cpu_overlap
+        # The decoder's elementwise operators above the preset's per-layer floor; a deployment
+        # priced by sim/parallel_cost.py is left out (sim/elementwise.py, scope).
+        self._elementwise = ElementwiseCost(model, gpu, tp, self.host_costs.per_layer_overhead_s)
+        if self._parallel is not None:
+            self._elementwise.applies = False
         self._bw = tp * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s
         self._flops = tp * efficiency.flops * gpu.bf16_dense_flops
         # The decoder's GEMMs run at their weight format's tensor throughput (sim/precision.py;
@@ -282,6 +292,15 @@ class StepCostModel:
         """Softmax, sampling and rejection over fp32 logits: a bandwidth-bound pass per row."""
         return self._sampling_s_per_logit * np.asarray(num_logit_tokens, dtype=np.float64)
 
+    def elementwise_s(self, num_tokens: ArrayLike) -> FloatArray:
+        """The elementwise operators' time above the per-layer floor for steps of
+        ``num_tokens`` (padded) tokens (:mod:`sim.elementwise`); zero where it does not apply.
+        ``breakdown`` reports it inside ``linear_s``."""
+        n = np.asarray(num_tokens, dtype=np.float64)
+        if not self._elementwise.applies:
+            return np.zeros_like(n)
+        return self._elementwise.seconds(n)
+
     def fixed_s(self, num_seqs: ArrayLike) -> FloatArray:
         """Engine overhead the GPU does not hide: per step plus per scheduled sequence."""
         b = np.asarray(num_seqs, dtype=np.float64)
@@ -309,7 +328,7 @@ class StepCostModel:
             kernels.linear_s(n, n_logits)
             if kernels is not None and kernels.prices_linear
             else self.linear_s(n, n_logits)
-        )
+        ) + self.elementwise_s(n)
         kv_read = np.asarray(shape.kv_read_tokens, dtype=np.float64)
         pairs = np.asarray(shape.attention_pairs, dtype=np.float64)
         if self.host_costs.verify_batch_expansion:

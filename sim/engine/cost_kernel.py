@@ -249,15 +249,16 @@ class LoweredCost:
     def _leaves(
         self, n: FloatArray, n_logits: FloatArray, graphed: NDArray[np.bool_]
     ) -> tuple[FloatArray, FloatArray]:
-        """The linear layers' and the all-reduce's seconds (the cost model's transcendental
-        terms) at padded tokens ``n`` with ``n_logits`` logit rows, as ``breakdown`` prices
-        them."""
+        """The linear layers' (the elementwise operators' share included) and the all-reduce's
+        seconds (the cost model's transcendental terms) at padded tokens ``n`` with ``n_logits``
+        logit rows, as ``breakdown`` prices them."""
         model = self.cost_model
         kernels = model._kernels
         if kernels is not None and kernels.prices_linear:
             linear = kernels.linear_s(n, n_logits)
         else:
             linear = model.linear_s(n, n_logits)
+        linear = linear + model.elementwise_s(n)
         if kernels is not None and kernels.prices_allreduce:
             allreduce = kernels.allreduce_s(n, graphed)
         else:

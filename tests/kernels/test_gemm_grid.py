@@ -155,7 +155,7 @@ def test_a_calibrated_efficiency_prices_the_linear_layers_instead_of_the_grid() 
     tokens = np.array([1.0])
     assert cost.breakdown(StepShape(tokens, tokens, tokens, tokens, tokens))[
         "linear_s"
-    ] == pytest.approx(cost.linear_s(tokens, tokens))
+    ] == pytest.approx(cost.linear_s(tokens, tokens) + cost.elementwise_s(tokens))
 
 
 _latencies = st.lists(st.floats(1e-6, 1e-2), min_size=1, max_size=12)
