@@ -93,15 +93,19 @@ def tau_from_conditional(conditional_rates: Sequence[float] | np.ndarray, num_dr
 def tau_from_alpha(alpha: float, num_draft: int) -> float:
     """Leviathan et al. 2023 (arXiv:2211.17192) closed form ``(1 − α^(k+1)) / (1 − α)``.
 
+    Evaluated as the geometric sum ``Σ_{i=0..k} α^i`` by Horner's rule: the quotient loses its
+    digits to cancellation as α → 1, which left :func:`alpha_from_tau` a root 7e-9 short of
+    α = 1 - 4e-16 at k = 1.
     Raise ScenarioError if ``alpha`` is outside [0, 1] or ``num_draft < 0``.
     """
     if not 0.0 <= alpha <= 1.0:
         raise ScenarioError(f"alpha must be in [0, 1], got {alpha}")
     if num_draft < 0:
         raise ScenarioError(f"num_speculative_tokens must be >= 0, got {num_draft}")
-    if alpha == 1.0:
-        return float(num_draft + 1)
-    return float((1.0 - alpha ** (num_draft + 1)) / (1.0 - alpha))
+    total = 1.0
+    for _ in range(num_draft):
+        total = total * alpha + 1.0
+    return float(total)
 
 
 def alpha_from_tau(tau: float, num_draft: int) -> float:

@@ -58,6 +58,9 @@ def test_vllm085_definition_round_trip(value: float) -> None:
 
 
 @given(rates)
+# Rates a rounding step below 1: the closed form's quotient cancelled there, and the inverted
+# rate of the first gap came out 7e-9 short, too little reach for the next gap's whole token.
+@example([0.9999999999999999, 0.9999999999999999, 1.0])
 def test_cumulative_from_taus_recovers_rates_from_every_k(conditional: list[float]) -> None:
     taus = {k: tau_from_conditional(conditional, k) for k in range(1, len(conditional) + 1)}
     np.testing.assert_allclose(
