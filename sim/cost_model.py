@@ -199,9 +199,11 @@ class StepCostModel:
         self.cpu_overlap = base.cpu_overlap if cpu_overlap is None else cpu_overlap
         # The decoder's elementwise operators above the preset's per-layer floor; a deployment
         # priced by sim/parallel_cost.py is left out (sim/elementwise.py, scope).
-        self._elementwise = ElementwiseCost(model, gpu, tp, self.host_costs.per_layer_overhead_s)
-        if self._parallel is not None:
-            self._elementwise.applies = False
+        self._elementwise = (
+            ElementwiseCost(model, gpu, tp, self.host_costs.per_layer_overhead_s)
+            if self._parallel is None
+            else None
+        )
         self._bw = tp * efficiency.bandwidth * gpu.hbm_bandwidth_bytes_per_s
         self._flops = tp * efficiency.flops * gpu.bf16_dense_flops
         # The decoder's GEMMs run at their weight format's tensor throughput (sim/precision.py;
@@ -297,9 +299,31 @@ class StepCostModel:
         ``num_tokens`` (padded) tokens (:mod:`sim.elementwise`); zero where it does not apply.
         ``breakdown`` reports it inside ``linear_s``."""
         n = np.asarray(num_tokens, dtype=np.float64)
-        if not self._elementwise.applies:
+        if self._elementwise is None or not self._elementwise.applies:
             return np.zeros_like(n)
         return self._elementwise.seconds(n)
+
+    def step_linear_s(self, num_tokens: ArrayLike, num_logit_tokens: ArrayLike) -> FloatArray:
+        """A step's linear term at padded ``num_tokens`` (one deployment group): the measured
+        kernels where they price the linear layers, else the roofline, plus the elementwise
+        operators. :meth:`breakdown` and the compiled evaluator's tables
+        (:mod:`sim.engine.cost_kernel`) both read it."""
+        kernels = self._kernels
+        linear = (
+            kernels.linear_s(num_tokens, num_logit_tokens)
+            if kernels is not None and kernels.prices_linear
+            else self.linear_s(num_tokens, num_logit_tokens)
+        )
+        return np.asarray(linear + self.elementwise_s(num_tokens), dtype=np.float64)
+
+    def step_allreduce_s(self, num_tokens: ArrayLike, graphed: ArrayLike) -> FloatArray:
+        """A step's all-reduce at padded ``num_tokens``: the measured collectives (inside or
+        outside a CUDA graph) where the GPU has them, else the ring formula; read by
+        :meth:`breakdown` and the compiled evaluator alike."""
+        kernels = self._kernels
+        if kernels is not None and kernels.prices_allreduce:
+            return np.asarray(kernels.allreduce_s(num_tokens, graphed), dtype=np.float64)
+        return np.asarray(self.allreduce_s(num_tokens), dtype=np.float64)
 
     def fixed_s(self, num_seqs: ArrayLike) -> FloatArray:
         """Engine overhead the GPU does not hide: per step plus per scheduled sequence."""
@@ -324,11 +348,6 @@ class StepCostModel:
         graphed = self.host.graphed(num_seqs, n_real, n_real <= n_logits)
         n = self.host.padded_tokens(num_seqs, n_real, graphed)
         kernels = self._kernels
-        linear = (
-            kernels.linear_s(n, n_logits)
-            if kernels is not None and kernels.prices_linear
-            else self.linear_s(n, n_logits)
-        ) + self.elementwise_s(n)
         kv_read = np.asarray(shape.kv_read_tokens, dtype=np.float64)
         pairs = np.asarray(shape.attention_pairs, dtype=np.float64)
         if self.host_costs.verify_batch_expansion:
@@ -342,14 +361,12 @@ class StepCostModel:
             allreduce = self._parallel.comm_s(n)
             sampling = self._parallel.sampling_s(n_logits)
         else:
+            linear = self.step_linear_s(n, n_logits)
             if kernels is not None and kernels.prices_attention:
                 attention = kernels.attention_s(num_seqs, n_real, kv_read, pairs, decode_only)
             else:
                 attention = self._attention(num_seqs, kv_read, pairs, decode_only)
-            if kernels is not None and kernels.prices_allreduce:
-                allreduce = kernels.allreduce_s(n, graphed)
-            else:
-                allreduce = self.allreduce_s(n)
+            allreduce = self.step_allreduce_s(n, graphed)
             sampling = self._sampling_s_per_logit * n_logits
             attention = attention + self._state_s_per_seq * num_seqs
         forward = linear + attention + allreduce + sampling

@@ -113,10 +113,11 @@ def profile_fractions() -> dict[str, float]:
     }
 
 
+_FRACTIONS = list(profile_fractions().values())
 #: The achieved fraction of peak bandwidth the model uses: the five profiles' mean (0.490).
-BANDWIDTH_FRACTION = float(np.mean(list(profile_fractions().values())))
+BANDWIDTH_FRACTION = float(np.mean(_FRACTIONS))
 #: Its interval: the least and greatest of the five profiles (0.463, 0.515).
-FRACTION_INTERVAL = (min(profile_fractions().values()), max(profile_fractions().values()))
+FRACTION_INTERVAL = (min(_FRACTIONS), max(_FRACTIONS))
 
 
 def model_bytes_per_token(model: Model, tp: int) -> float | None:

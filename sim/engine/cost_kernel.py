@@ -253,17 +253,7 @@ class LoweredCost:
         seconds (the cost model's transcendental terms) at padded tokens ``n`` with ``n_logits``
         logit rows, as ``breakdown`` prices them."""
         model = self.cost_model
-        kernels = model._kernels
-        if kernels is not None and kernels.prices_linear:
-            linear = kernels.linear_s(n, n_logits)
-        else:
-            linear = model.linear_s(n, n_logits)
-        linear = linear + model.elementwise_s(n)
-        if kernels is not None and kernels.prices_allreduce:
-            allreduce = kernels.allreduce_s(n, graphed)
-        else:
-            allreduce = model.allreduce_s(n)
-        return np.asarray(linear, dtype=np.float64), np.asarray(allreduce, dtype=np.float64)
+        return model.step_linear_s(n, n_logits), model.step_allreduce_s(n, graphed)
 
     def _grids(self, max_tokens: int, max_logits: int) -> tuple[FloatArray, FloatArray]:
         """The linear term at every whole (tokens, logit rows) up to the bounds (0.0 until a
